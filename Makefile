@@ -1,0 +1,36 @@
+# redislock: `make run` builds and starts a server with the module loaded,
+# `make test` builds and runs every test.
+
+MODULE := target/release/libredislock.so
+CARGO  ?= cargo
+
+.PHONY: all build run test unit integration lint clean deps
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build: deps
+	$(CARGO) build --release
+
+# Foreground server on 127.0.0.1:6379 with the module; stop it with Ctrl-C.
+run: build
+	@if redis-cli -p 6379 ping >/dev/null 2>&1; then \
+		echo "redislock: port 6379 is taken by a running server (a system redis-server? stop it or edit redis.conf.example)" >&2; \
+		exit 1; \
+	fi
+	redis-server redis.conf.example
+
+# Unit tests of the core, then integration tests against real redis-server
+# processes that load the module just built.
+test: build
+	$(CARGO) test --release --lib
+	$(CARGO) test --release --tests
+
+lint:
+	$(CARGO) fmt --check
+	$(CARGO) clippy --release --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,372 @@
+//! Parsing command arguments into typed requests.
+//!
+//! Functions take the whole argument vector (`argv[0]` is the command name),
+//! as a slice of anything that derefs to bytes, so they run the same on Redis strings and in
+//! tests. Options are case-insensitive and may come in any order.
+
+use std::ops::Deref;
+
+use super::errors::LockError;
+use super::token::TokenArg;
+
+/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [BLOCK timeout-ms]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    pub token: TokenArg<'a>,
+    pub ttl_ms: u64,
+    /// `None`: answer at once. `Some(0)`: wait without limit.
+    pub block_ms: Option<u64>,
+}
+
+/// `LOCK.RELEASE key token`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release<'a> {
+    pub token: &'a [u8],
+}
+
+/// `LOCK.EXTEND key token (EX seconds | PX milliseconds)`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extend<'a> {
+    pub token: &'a [u8],
+    pub ttl_ms: u64,
+}
+
+/// The internal effect `LOCK._APPLY key token fence [unix-ms]` that replicas
+/// and the AOF replay to rebuild a grant exactly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Apply<'a> {
+    pub token: &'a [u8],
+    pub fence: u64,
+    /// Absolute expiry in Unix milliseconds; `None` when a following
+    /// `PEXPIREAT` sets it (AOF rewrite).
+    pub expire_at_ms: Option<i64>,
+}
+
+pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>, LockError> {
+    if argv.len() < 3 {
+        return Err(LockError::Arity("lock.acquire"));
+    }
+    let token = TokenArg::parse(&argv[2]).ok_or(LockError::InvalidToken)?;
+    let mut ttl = TtlOption::default();
+    let mut block_ms = None;
+    let mut rest = argv[3..].iter().map(|a| &**a);
+    while let Some(name) = rest.next() {
+        if name.eq_ignore_ascii_case(b"BLOCK") {
+            let value = rest.next().ok_or(LockError::MissingValue("BLOCK"))?;
+            if block_ms.is_some() {
+                return Err(LockError::RepeatedOption("BLOCK"));
+            }
+            block_ms = Some(parse_non_negative(value).ok_or(LockError::InvalidBlock)?);
+        } else if !ttl.try_take(name, &mut rest)? {
+            return Err(unknown(name));
+        }
+    }
+    Ok(Acquire {
+        token,
+        ttl_ms: ttl.finish()?,
+        block_ms,
+    })
+}
+
+pub fn parse_release<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Release<'_>, LockError> {
+    if argv.len() != 3 {
+        return Err(LockError::Arity("lock.release"));
+    }
+    Ok(Release {
+        token: given_token(&argv[2])?,
+    })
+}
+
+pub fn parse_extend<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Extend<'_>, LockError> {
+    if argv.len() < 3 {
+        return Err(LockError::Arity("lock.extend"));
+    }
+    let token = given_token(&argv[2])?;
+    let mut ttl = TtlOption::default();
+    let mut rest = argv[3..].iter().map(|a| &**a);
+    while let Some(name) = rest.next() {
+        if !ttl.try_take(name, &mut rest)? {
+            return Err(unknown(name));
+        }
+    }
+    Ok(Extend {
+        token,
+        ttl_ms: ttl.finish()?,
+    })
+}
+
+pub fn parse_info<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<(), LockError> {
+    if argv.len() != 2 {
+        return Err(LockError::Arity("lock.info"));
+    }
+    Ok(())
+}
+
+pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, LockError> {
+    if !(4..=5).contains(&argv.len()) {
+        return Err(LockError::Arity("lock._apply"));
+    }
+    let token = given_token(&argv[2])?;
+    let fence = parse_i64(&argv[3])
+        .filter(|&f| f > 0)
+        .ok_or(LockError::InvalidTtl)? as u64;
+    let expire_at_ms = match argv.get(4) {
+        Some(v) => Some(parse_i64(v).ok_or(LockError::InvalidTtl)?),
+        None => None,
+    };
+    Ok(Apply {
+        token,
+        fence,
+        expire_at_ms,
+    })
+}
+
+/// A token that must be given literally (release, extend): `*` is just a byte.
+fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
+    match TokenArg::parse(raw) {
+        Some(_) => Ok(raw),
+        None => Err(LockError::InvalidToken),
+    }
+}
+
+fn unknown(name: &[u8]) -> LockError {
+    const SHOWN: usize = 64;
+    let shown = &name[..name.len().min(SHOWN)];
+    // Keep the error a single printable line whatever the client sent.
+    let text: String = String::from_utf8_lossy(shown)
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    LockError::UnknownOption(text)
+}
+
+/// The `EX seconds | PX milliseconds` pair shared by acquire and extend.
+#[derive(Default)]
+struct TtlOption {
+    ttl_ms: Option<u64>,
+}
+
+impl TtlOption {
+    /// Consumes `name value` if `name` is EX or PX; `Ok(false)` otherwise.
+    fn try_take<'a>(
+        &mut self,
+        name: &[u8],
+        rest: &mut impl Iterator<Item = &'a [u8]>,
+    ) -> Result<bool, LockError> {
+        let (label, unit_ms) = if name.eq_ignore_ascii_case(b"EX") {
+            ("EX", 1000)
+        } else if name.eq_ignore_ascii_case(b"PX") {
+            ("PX", 1)
+        } else {
+            return Ok(false);
+        };
+        let value = rest.next().ok_or(LockError::MissingValue(label))?;
+        if self.ttl_ms.is_some() {
+            return Err(LockError::DoubleTtl);
+        }
+        let ms = parse_non_negative(value)
+            .filter(|&v| v > 0)
+            .and_then(|v| v.checked_mul(unit_ms))
+            .filter(|&ms| ms <= i64::MAX as u64)
+            .ok_or(LockError::InvalidTtl)?;
+        self.ttl_ms = Some(ms);
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<u64, LockError> {
+        self.ttl_ms.ok_or(LockError::MissingTtl)
+    }
+}
+
+/// Strict decimal like Redis's own parser: optional `-`, no `+`, no leading
+/// zeros, no spaces, no overflow.
+pub fn parse_i64(raw: &[u8]) -> Option<i64> {
+    let digits = raw.strip_prefix(b"-").unwrap_or(raw);
+    let leading_zero = digits.len() > 1 && digits[0] == b'0';
+    if digits.is_empty() || leading_zero || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if raw == b"-0" {
+        return None;
+    }
+    std::str::from_utf8(raw).ok()?.parse().ok()
+}
+
+fn parse_non_negative(raw: &[u8]) -> Option<u64> {
+    parse_i64(raw).filter(|&v| v >= 0).map(|v| v as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &str) -> Vec<Vec<u8>> {
+        s.split(' ').map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn acquire_forms() {
+        let a = argv("lock.acquire k t px 1500");
+        assert_eq!(
+            parse_acquire(&a),
+            Ok(Acquire {
+                token: TokenArg::Given(b"t"),
+                ttl_ms: 1500,
+                block_ms: None
+            })
+        );
+        let a = argv("LOCK.ACQUIRE k * BLOCK 0 Ex 3");
+        assert_eq!(
+            parse_acquire(&a),
+            Ok(Acquire {
+                token: TokenArg::Generate,
+                ttl_ms: 3000,
+                block_ms: Some(0)
+            })
+        );
+    }
+
+    #[test]
+    fn acquire_errors() {
+        let cases = [
+            ("lock.acquire k", LockError::Arity("lock.acquire")),
+            ("lock.acquire k t", LockError::MissingTtl),
+            ("lock.acquire k t BLOCK 5", LockError::MissingTtl),
+            ("lock.acquire k t EX", LockError::MissingValue("EX")),
+            ("lock.acquire k t EX 1 PX 5", LockError::DoubleTtl),
+            ("lock.acquire k t EX 1 EX 5", LockError::DoubleTtl),
+            ("lock.acquire k t EX 0", LockError::InvalidTtl),
+            ("lock.acquire k t EX -1", LockError::InvalidTtl),
+            ("lock.acquire k t EX 1.5", LockError::InvalidTtl),
+            (
+                "lock.acquire k t EX 9223372036854775807",
+                LockError::InvalidTtl,
+            ),
+            (
+                "lock.acquire k t PX 99999999999999999999",
+                LockError::InvalidTtl,
+            ),
+            (
+                "lock.acquire k t PX 9223372036854775807 BLOCK -1",
+                LockError::InvalidBlock,
+            ),
+            ("lock.acquire k t PX 10 BLOCK abc", LockError::InvalidBlock),
+            (
+                "lock.acquire k t PX 10 BLOCK 1 BLOCK 2",
+                LockError::RepeatedOption("BLOCK"),
+            ),
+            (
+                "lock.acquire k t PX 10 BLOCK",
+                LockError::MissingValue("BLOCK"),
+            ),
+            (
+                "lock.acquire k t PX 10 NX",
+                LockError::UnknownOption("NX".into()),
+            ),
+            ("lock.acquire k  PX 10", LockError::InvalidToken),
+        ];
+        for (line, want) in cases {
+            assert_eq!(parse_acquire(&argv(line)), Err(want), "{line}");
+        }
+        let long = [
+            b"lock.acquire".to_vec(),
+            b"k".to_vec(),
+            vec![b'x'; 513],
+            b"PX".to_vec(),
+            b"5".to_vec(),
+        ];
+        assert_eq!(parse_acquire(&long), Err(LockError::InvalidToken));
+    }
+
+    #[test]
+    fn release_and_extend() {
+        assert_eq!(
+            parse_release(&argv("lock.release k *")),
+            Ok(Release { token: b"*" })
+        );
+        assert_eq!(
+            parse_release(&argv("lock.release k")),
+            Err(LockError::Arity("lock.release"))
+        );
+        assert_eq!(
+            parse_release(&argv("lock.release k a b")),
+            Err(LockError::Arity("lock.release"))
+        );
+        assert_eq!(
+            parse_extend(&argv("lock.extend k t ex 2")),
+            Ok(Extend {
+                token: b"t",
+                ttl_ms: 2000
+            })
+        );
+        assert_eq!(
+            parse_extend(&argv("lock.extend k t")),
+            Err(LockError::MissingTtl)
+        );
+        assert_eq!(
+            parse_extend(&argv("lock.extend k t px 5 block 1")),
+            Err(LockError::UnknownOption("block".into()))
+        );
+        assert_eq!(parse_info(&argv("lock.info k")), Ok(()));
+        assert_eq!(
+            parse_info(&argv("lock.info k x")),
+            Err(LockError::Arity("lock.info"))
+        );
+    }
+
+    #[test]
+    fn apply() {
+        assert_eq!(
+            parse_apply(&argv("lock._apply k t 7 1700000000000")),
+            Ok(Apply {
+                token: b"t",
+                fence: 7,
+                expire_at_ms: Some(1_700_000_000_000)
+            })
+        );
+        assert_eq!(
+            parse_apply(&argv("lock._apply k t 7")),
+            Ok(Apply {
+                token: b"t",
+                fence: 7,
+                expire_at_ms: None
+            })
+        );
+        assert!(parse_apply(&argv("lock._apply k t 0")).is_err());
+        assert!(parse_apply(&argv("lock._apply k t")).is_err());
+    }
+
+    #[test]
+    fn integers_are_strict() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"-12"), Some(-12));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b"01",
+            b"-0",
+            b" 1",
+            b"1 ",
+            b"1e3",
+            b"9223372036854775808",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn unknown_option_is_printable() {
+        let a = [
+            b"lock.info".to_vec(),
+            b"k".to_vec(),
+            b"t".to_vec(),
+            b"\r\nX".to_vec(),
+        ];
+        match parse_extend(&a) {
+            Err(LockError::UnknownOption(s)) => assert_eq!(s, "??X"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Every error reply the module can send, defined in one place.
+//!
+//! The strings are complete RESP error lines without the leading `-`: Redis
+//! uses the first word (`ERR`, `WRONGTYPE`) as the error code.
+
+use std::fmt;
+
+/// A reason to refuse a command. Nothing has been changed when one is returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockError {
+    /// Wrong number of arguments for the named command (lower case).
+    Arity(&'static str),
+    /// An option name that the command does not know.
+    UnknownOption(String),
+    /// The same option given twice.
+    RepeatedOption(&'static str),
+    /// Neither `EX` nor `PX` was given.
+    MissingTtl,
+    /// Both `EX` and `PX` were given.
+    DoubleTtl,
+    /// An option that needs a value came last.
+    MissingValue(&'static str),
+    /// A TTL that is not a positive integer, or overflows once in milliseconds.
+    InvalidTtl,
+    /// A `BLOCK` timeout that is not a non-negative integer.
+    InvalidBlock,
+    /// A token that is empty or longer than the limit.
+    InvalidToken,
+    /// The key holds a value of another type.
+    WrongType,
+    /// Every fence up to 2^63-1 has been used.
+    FenceExhausted,
+    /// The internal replication command was sent by an ordinary client.
+    InternalCommand,
+    /// A bug in the module: a panic was caught before it could reach Redis.
+    Internal,
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use LockError::*;
+        match self {
+            Arity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
+            UnknownOption(opt) => write!(f, "ERR syntax error: unknown option '{opt}'"),
+            RepeatedOption(opt) => write!(f, "ERR syntax error: option {opt} given more than once"),
+            MissingTtl => f.write_str("ERR a lock needs an expiry: give EX seconds or PX milliseconds"),
+            DoubleTtl => f.write_str("ERR syntax error: EX and PX are mutually exclusive"),
+            MissingValue(opt) => write!(f, "ERR syntax error: option {opt} needs a value"),
+            InvalidTtl => f.write_str("ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds"),
+            InvalidBlock => f.write_str("ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds"),
+            InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
+            WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
+            InternalCommand => f.write_str("ERR this command is internal to redislock replication and persistence"),
+            Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_error_starts_with_its_code() {
+        let all = [
+            LockError::Arity("lock.info"),
+            LockError::UnknownOption("NX".into()),
+            LockError::RepeatedOption("EX"),
+            LockError::MissingTtl,
+            LockError::DoubleTtl,
+            LockError::MissingValue("PX"),
+            LockError::InvalidTtl,
+            LockError::InvalidBlock,
+            LockError::InvalidToken,
+            LockError::FenceExhausted,
+            LockError::InternalCommand,
+            LockError::Internal,
+        ];
+        for e in all {
+            let s = e.to_string();
+            assert!(s.starts_with("ERR "), "{s}");
+            assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
+        }
+        assert!(LockError::WrongType.to_string().starts_with("WRONGTYPE "));
+    }
+}

@@ -1,0 +1,191 @@
+//! The lock record and the rules for granting, releasing and extending it.
+//!
+//! The key's own Redis TTL is the lock's expiry, so the record holds only
+//! who owns the lock and the fence of that grant.
+
+use super::fence;
+use super::token::{self, MAX_TOKEN_LEN};
+
+/// Encoding version of the record in RDB files and `DUMP` payloads.
+pub const ENCODING_VERSION: i32 = 1;
+
+/// The kind of lock a record describes. Stored in every record so that later
+/// kinds (shared holders, counted semaphores, reentrant holds) can be added
+/// next to it without changing how existing records are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// One holder at a time.
+    Exclusive = 0,
+}
+
+impl Mode {
+    pub fn code(self) -> u64 {
+        self as u64
+    }
+
+    pub fn from_code(code: u64) -> Option<Self> {
+        match code {
+            0 => Some(Mode::Exclusive),
+            _ => None,
+        }
+    }
+}
+
+/// A held lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    fence: u64,
+    token: Box<[u8]>,
+}
+
+/// Why a stored record could not be read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    UnknownVersion,
+    UnknownMode,
+    BadFence,
+    BadToken,
+}
+
+impl Lock {
+    pub fn new(token: &[u8], fence: u64) -> Self {
+        Lock {
+            fence,
+            token: token.into(),
+        }
+    }
+
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    pub fn token(&self) -> &[u8] {
+        &self.token
+    }
+
+    pub fn mode(&self) -> Mode {
+        Mode::Exclusive
+    }
+
+    /// Whether `token` is the holder's (in constant time for equal lengths).
+    pub fn is_held_by(&self, token: &[u8]) -> bool {
+        token::same(&self.token, token)
+    }
+
+    /// Bytes this record occupies, for `MEMORY USAGE`.
+    pub fn memory_usage(&self) -> usize {
+        std::mem::size_of::<Self>() + self.token.len()
+    }
+
+    /// Rebuilds a record from its stored fields, refusing anything the module
+    /// could not have written: a corrupt payload must not become a lock.
+    pub fn decode(encver: i32, mode: u64, fence: u64, token: &[u8]) -> Result<Self, DecodeError> {
+        if encver != ENCODING_VERSION {
+            return Err(DecodeError::UnknownVersion);
+        }
+        Mode::from_code(mode).ok_or(DecodeError::UnknownMode)?;
+        if !fence::is_valid(fence) {
+            return Err(DecodeError::BadFence);
+        }
+        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+            return Err(DecodeError::BadToken);
+        }
+        Ok(Lock::new(token, fence))
+    }
+}
+
+/// What `LOCK.ACQUIRE` does to a key, decided before anything is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireDecision {
+    /// No lock: grant a new one with a new fence.
+    Grant,
+    /// The caller already holds it: reset the expiry, keep the fence.
+    Regrant { fence: u64 },
+    /// Someone else holds it.
+    Busy,
+}
+
+/// `current` is the lock on the key, if any; `token` is `None` when the
+/// server generates one (a fresh token can never match the holder's).
+pub fn decide_acquire(current: Option<&Lock>, token: Option<&[u8]>) -> AcquireDecision {
+    match (current, token) {
+        (None, _) => AcquireDecision::Grant,
+        (Some(lock), Some(t)) if lock.is_held_by(t) => {
+            AcquireDecision::Regrant { fence: lock.fence }
+        }
+        (Some(_), _) => AcquireDecision::Busy,
+    }
+}
+
+/// Release and extend both act only for the holder.
+pub fn owned_by(current: Option<&Lock>, token: &[u8]) -> bool {
+    current.is_some_and(|lock| lock.is_held_by(token))
+}
+
+/// The absolute expiry for a TTL starting now, or `None` if it would not fit
+/// in a signed 64-bit millisecond timestamp.
+pub fn expiry_at(now_ms: i64, ttl_ms: u64) -> Option<i64> {
+    now_ms.checked_add(i64::try_from(ttl_ms).ok()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_rules() {
+        let lock = Lock::new(b"alice", 7);
+        assert_eq!(decide_acquire(None, Some(b"bob")), AcquireDecision::Grant);
+        assert_eq!(decide_acquire(None, None), AcquireDecision::Grant);
+        assert_eq!(
+            decide_acquire(Some(&lock), Some(b"alice")),
+            AcquireDecision::Regrant { fence: 7 }
+        );
+        assert_eq!(
+            decide_acquire(Some(&lock), Some(b"bob")),
+            AcquireDecision::Busy
+        );
+        assert_eq!(
+            decide_acquire(Some(&lock), Some(b"alic")),
+            AcquireDecision::Busy
+        );
+        assert_eq!(decide_acquire(Some(&lock), None), AcquireDecision::Busy);
+    }
+
+    #[test]
+    fn ownership() {
+        let lock = Lock::new(b"\0\xff", 1);
+        assert!(owned_by(Some(&lock), b"\0\xff"));
+        assert!(!owned_by(Some(&lock), b"\0"));
+        assert!(!owned_by(None, b"\0\xff"));
+    }
+
+    #[test]
+    fn decode_accepts_only_what_could_be_written() {
+        let ok = Lock::decode(ENCODING_VERSION, 0, 5, b"tok").unwrap();
+        assert_eq!(
+            (ok.fence(), ok.token(), ok.mode()),
+            (5, &b"tok"[..], Mode::Exclusive)
+        );
+        assert_eq!(
+            Lock::decode(2, 0, 5, b"t"),
+            Err(DecodeError::UnknownVersion)
+        );
+        assert_eq!(Lock::decode(1, 9, 5, b"t"), Err(DecodeError::UnknownMode));
+        assert_eq!(Lock::decode(1, 0, 0, b"t"), Err(DecodeError::BadFence));
+        assert_eq!(
+            Lock::decode(1, 0, u64::MAX, b"t"),
+            Err(DecodeError::BadFence)
+        );
+        assert_eq!(Lock::decode(1, 0, 5, b""), Err(DecodeError::BadToken));
+        assert_eq!(Lock::decode(1, 0, 5, &[1; 513]), Err(DecodeError::BadToken));
+    }
+
+    #[test]
+    fn expiry_overflow() {
+        assert_eq!(expiry_at(1000, 500), Some(1500));
+        assert_eq!(expiry_at(1000, i64::MAX as u64), None);
+        assert_eq!(expiry_at(0, u64::MAX), None);
+    }
+}

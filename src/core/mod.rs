@@ -1,0 +1,9 @@
+//! The lock state machine and everything around it that does not need Redis:
+//! argument parsing, fencing arithmetic, tokens and the lock record itself.
+//! Everything here is plain Rust, tested with `cargo test`.
+
+pub mod args;
+pub mod errors;
+pub mod fence;
+pub mod lock;
+pub mod token;

@@ -1,0 +1,145 @@
+//! The command handlers: parse, decide with the core rules, write the key,
+//! replicate the effect, reply.
+//!
+//! Effects, not commands, are replicated: a grant travels as
+//! `LOCK._APPLY key token fence unix-ms`, an extend as `PEXPIREAT`, a
+//! release as `DEL`, so replicas and AOF replay rebuild the exact owner (a
+//! generated token included), fence and absolute expiry.
+
+use redis_module::{Context, RedisResult, RedisString, RedisValue};
+
+use crate::core::args;
+use crate::core::errors::LockError;
+use crate::core::lock::{self, AcquireDecision, Lock};
+use crate::core::token::{self, TokenArg};
+use crate::server::ffi::{self, KeyKind, LockKey};
+use crate::server::reply::{self, Field};
+use crate::server::{guard, state};
+
+type Reply = Result<RedisValue, LockError>;
+
+pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| acquire_inner(ctx, &argv))
+}
+
+pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| release_inner(ctx, &argv))
+}
+
+pub fn extend(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| extend_inner(ctx, &argv))
+}
+
+pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| info_inner(ctx, &argv))
+}
+
+pub fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| apply_inner(ctx, &argv))
+}
+
+/// The lock on an open key, or WRONGTYPE if it holds something else.
+fn current(key: &LockKey) -> Result<Option<&Lock>, LockError> {
+    match key.kind() {
+        KeyKind::Empty => Ok(None),
+        KeyKind::Lock => Ok(key.lock()),
+        KeyKind::Other => Err(LockError::WrongType),
+    }
+}
+
+fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    let req = args::parse_acquire(argv)?;
+    let name = &argv[1];
+    let mut key = LockKey::open(ctx, name, true);
+    let generated;
+    let (token, given) = match req.token {
+        TokenArg::Given(t) => (t, Some(t)),
+        TokenArg::Generate => {
+            generated = token::generate();
+            (&generated[..], None)
+        }
+    };
+    let decision = lock::decide_acquire(current(&key)?, given);
+    if decision == AcquireDecision::Busy {
+        return Ok(RedisValue::Null);
+    }
+    let expire_at = lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
+    let fence = match decision {
+        AcquireDecision::Regrant { fence } => {
+            key.set_expire_at(expire_at);
+            ffi::replicate_expire_at(ctx, name, expire_at);
+            fence
+        }
+        _ => {
+            let fence = state::with_clock(|c| c.next_fence()).ok_or(LockError::FenceExhausted)?;
+            key.set_lock(Lock::new(token, fence));
+            key.set_expire_at(expire_at);
+            ffi::replicate_grant(ctx, name, token, fence, expire_at);
+            fence
+        }
+    };
+    Ok(reply::grant(ctx, token, fence))
+}
+
+fn release_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    let req = args::parse_release(argv)?;
+    let name = &argv[1];
+    let mut key = LockKey::open(ctx, name, true);
+    if !lock::owned_by(current(&key)?, req.token) {
+        return Ok(RedisValue::Integer(0));
+    }
+    key.delete();
+    ffi::replicate_delete(ctx, name);
+    Ok(RedisValue::Integer(1))
+}
+
+fn extend_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    let req = args::parse_extend(argv)?;
+    let name = &argv[1];
+    let mut key = LockKey::open(ctx, name, true);
+    if !lock::owned_by(current(&key)?, req.token) {
+        return Ok(RedisValue::Integer(0));
+    }
+    let expire_at = lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
+    key.set_expire_at(expire_at);
+    ffi::replicate_expire_at(ctx, name, expire_at);
+    Ok(RedisValue::Integer(1))
+}
+
+fn info_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    args::parse_info(argv)?;
+    let key = LockKey::open(ctx, &argv[1], false);
+    let Some(lock) = current(&key)? else {
+        return Ok(RedisValue::Null);
+    };
+    let ttl = key.ttl_ms().unwrap_or(-1);
+    Ok(reply::fields(
+        ctx,
+        &[
+            ("token", Field::Bytes(lock.token())),
+            ("fence", Field::Int(lock.fence() as i64)),
+            ("ttl", Field::Int(ttl)),
+            ("waiters", Field::Int(0)),
+        ],
+    ))
+}
+
+/// Rebuilds a grant exactly as the master (or the AOF) recorded it. Only the
+/// master link and AOF loading may use it: anyone else could forge a lock
+/// with any owner and fence.
+fn apply_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    if !ffi::from_master_or_aof(ctx) {
+        return Err(LockError::InternalCommand);
+    }
+    let req = args::parse_apply(argv)?;
+    let mut key = LockKey::open(ctx, &argv[1], true);
+    current(&key)?;
+    key.set_lock(Lock::new(req.token, req.fence));
+    if let Some(at) = req.expire_at_ms {
+        key.set_expire_at(at);
+    }
+    state::with_clock(|c| c.observe(req.fence));
+    // A replica's own AOF and sub-replicas get the effect as it came.
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}

@@ -1,0 +1,151 @@
+//! The `redislock` data type: how a lock is saved, loaded, copied, digested
+//! and rewritten into the AOF, and where the fence clock is kept in RDB files.
+
+use std::ffi::{c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::core::fence::FenceClock;
+use crate::core::lock::{Lock, ENCODING_VERSION};
+use crate::server::{ffi, guard, state};
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "redislock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Encoding version of the aux data (the fence clock).
+const CLOCK_ENCODING_VERSION: c_int = 1;
+
+/// # Safety
+/// `value` must be a pointer Redis got from this type, i.e. a boxed `Lock`.
+unsafe fn lock_ref<'a>(value: *const c_void) -> &'a Lock {
+    // SAFETY: guaranteed by the caller.
+    unsafe { &*value.cast::<Lock>() }
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard::callback((), || {
+        // SAFETY: Redis passes a value of this type.
+        let lock = unsafe { lock_ref(value) };
+        raw::save_unsigned(rdb, lock.mode().code());
+        raw::save_unsigned(rdb, lock.fence());
+        raw::save_slice(rdb, lock.token());
+    })
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        let fields = (|| {
+            let mode = raw::load_unsigned(rdb).ok()?;
+            let fence = raw::load_unsigned(rdb).ok()?;
+            let token = raw::load_string_buffer(rdb).ok()?;
+            Lock::decode(encver, mode, fence, token.as_ref()).ok()
+        })();
+        match fields {
+            Some(lock) => {
+                // A restored or loaded lock raises the floor for new fences.
+                state::with_clock(|c| c.observe(lock.fence()));
+                Box::into_raw(Box::new(lock)).cast::<c_void>()
+            }
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guard::callback((), || {
+        // SAFETY: Redis passes a value of this type.
+        ffi::emit_aof_grant(aof, key, unsafe { lock_ref(value) });
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of this type.
+    guard::callback(0, || unsafe { lock_ref(value) }.memory_usage())
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    // SAFETY: Redis passes a value of this type.
+    guard::callback((), || ffi::digest_lock(md, unsafe { lock_ref(value) }))
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    // SAFETY: Redis hands back ownership of a box it got from `set_lock`,
+    // `rdb_load` or `copy`.
+    guard::callback((), || drop(unsafe { Box::from_raw(value.cast::<Lock>()) }))
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        // SAFETY: Redis passes a value of this type.
+        let lock = unsafe { lock_ref(value) }.clone();
+        Box::into_raw(Box::new(lock)).cast::<c_void>()
+    })
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    guard::callback((), || {
+        if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            return;
+        }
+        let clock = state::with_clock(|c| *c);
+        raw::save_unsigned(rdb, CLOCK_ENCODING_VERSION as u64);
+        raw::save_unsigned(rdb, clock.epoch);
+        raw::save_unsigned(rdb, clock.high_water);
+    })
+}
+
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when: c_int) -> c_int {
+    guard::callback(raw::REDISMODULE_ERR as c_int, || {
+        if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+            return raw::REDISMODULE_OK as c_int;
+        }
+        let saved = (|| {
+            let version = raw::load_unsigned(rdb).ok()?;
+            if version != CLOCK_ENCODING_VERSION as u64 {
+                return None;
+            }
+            let epoch = raw::load_unsigned(rdb).ok()?;
+            let high_water = raw::load_unsigned(rdb).ok()?;
+            Some(FenceClock { epoch, high_water })
+        })();
+        match saved {
+            Some(saved) => {
+                state::with_clock(|c| c.merge(saved));
+                raw::REDISMODULE_OK as c_int
+            }
+            None => raw::REDISMODULE_ERR as c_int,
+        }
+    })
+}

@@ -1,0 +1,236 @@
+//! The few Redis module API calls the `redis-module` crate does not wrap
+//! (absolute expiry, replication and AOF with a format string, digests,
+//! server events), each behind a small safe function. All raw access to a
+//! key's value also lives here, in [`LockKey`].
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+
+use redis_module::{raw, Context, RedisString};
+
+use crate::core::lock::Lock;
+use crate::server::datatype::LOCK_TYPE;
+
+/// `REDISMODULE_NO_EXPIRE`: what the expiry getters answer for a key without one.
+const NO_EXPIRE: i64 = -1;
+
+/// What an opened key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Empty,
+    Lock,
+    Other,
+}
+
+/// An open key, closed on drop. Redis answers NULL for a missing key opened
+/// read-only; that is kept as a null pointer and reads as an empty key.
+pub struct LockKey {
+    ptr: *mut raw::RedisModuleKey,
+}
+
+impl LockKey {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: &Context, name: &RedisString, write: bool) -> LockKey {
+        let mode = if write {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        LockKey {
+            ptr: raw::open_key(ctx.ctx, name.inner, mode),
+        }
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.ptr
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        let key = self.raw();
+        if key.is_null() {
+            return KeyKind::Empty;
+        }
+        // SAFETY: `key` is an open key of this context.
+        let key_type = unsafe { raw::RedisModule_KeyType.unwrap()(key) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            KeyKind::Empty
+        } else if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            // SAFETY: `key` is an open key holding a module value.
+            && unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(key) } == *LOCK_TYPE.raw_type.borrow()
+        {
+            KeyKind::Lock
+        } else {
+            KeyKind::Other
+        }
+    }
+
+    /// The lock stored here, if the key holds one.
+    pub fn lock(&self) -> Option<&Lock> {
+        if self.kind() != KeyKind::Lock {
+            return None;
+        }
+        // SAFETY: the key holds a value of our type, which is always a boxed
+        // `Lock`; the borrow cannot outlive the open key.
+        unsafe {
+            raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw())
+                .cast::<Lock>()
+                .as_ref()
+        }
+    }
+
+    /// Stores `lock`, replacing whatever the key held. The key must be open
+    /// for writing and hold nothing or a lock.
+    pub fn set_lock(&mut self, lock: Lock) -> bool {
+        let key = self.raw();
+        if key.is_null() {
+            return false;
+        }
+        let value = Box::into_raw(Box::new(lock)).cast::<c_void>();
+        // SAFETY: the key is open for writing; Redis takes ownership of the
+        // box and hands it back to `datatype::free`.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(key, *LOCK_TYPE.raw_type.borrow(), value)
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+            return false;
+        }
+        true
+    }
+
+    pub fn delete(&mut self) {
+        if !self.raw().is_null() {
+            // SAFETY: the key is open for writing.
+            unsafe { raw::RedisModule_DeleteKey.unwrap()(self.raw()) };
+        }
+    }
+
+    /// Sets the expiry to an absolute Unix time in milliseconds.
+    pub fn set_expire_at(&mut self, unix_ms: i64) {
+        if !self.raw().is_null() {
+            // SAFETY: the key is open for writing and not empty.
+            unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.raw(), unix_ms) };
+        }
+    }
+
+    /// Remaining time to live in milliseconds, if the key has an expiry.
+    pub fn ttl_ms(&self) -> Option<i64> {
+        if self.raw().is_null() {
+            return None;
+        }
+        // SAFETY: the key is open.
+        let ttl = unsafe { raw::RedisModule_GetExpire.unwrap()(self.raw()) };
+        (ttl != NO_EXPIRE).then_some(ttl)
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if !self.raw().is_null() {
+            raw::close_key(self.raw());
+        }
+    }
+}
+
+/// Redis's clock, in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: takes no arguments and only reads the clock.
+    unsafe { raw::RedisModule_Milliseconds.unwrap()() }
+}
+
+/// Whether the current command came from the master link or the AOF.
+pub fn from_master_or_aof(ctx: &Context) -> bool {
+    use redis_module::ContextFlags;
+    let flags = ctx.get_flags();
+    flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
+}
+
+const APPLY: &CStr = c"LOCK._APPLY";
+
+/// Propagates a grant to replicas and the AOF as its exact effect.
+pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, expire_at: i64) {
+    // SAFETY: the format "sbll" matches the arguments: a Redis string, a
+    // buffer with its length, and two long longs.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            APPLY.as_ptr(),
+            c"sbll".as_ptr(),
+            key.inner,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            fence as i64,
+            expire_at,
+        )
+    };
+}
+
+/// Propagates a new absolute expiry (re-grant, extend).
+pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
+    // SAFETY: the format "sl" matches a Redis string and a long long.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"PEXPIREAT".as_ptr(),
+            c"sl".as_ptr(),
+            key.inner,
+            expire_at,
+        )
+    };
+}
+
+/// Propagates a release.
+pub fn replicate_delete(ctx: &Context, key: &RedisString) {
+    // SAFETY: the format "s" matches one Redis string.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
+    };
+}
+
+/// Writes a lock to a rewritten AOF; Redis appends the key's `PEXPIREAT`.
+pub fn emit_aof_grant(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, lock: &Lock) {
+    let token = lock.token();
+    // SAFETY: `aof` and `key` come from Redis's rewrite callback; the format
+    // "sbl" matches a Redis string, a buffer with its length and a long long.
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(
+            aof,
+            APPLY.as_ptr(),
+            c"sbl".as_ptr(),
+            key,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            lock.fence() as i64,
+        )
+    };
+}
+
+/// Feeds one record into `DEBUG DIGEST-VALUE`.
+pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: &Lock) {
+    let token = lock.token();
+    // SAFETY: `md` comes from Redis's digest callback; the buffer is valid
+    // for its length.
+    unsafe {
+        raw::RedisModule_DigestAddStringBuffer.unwrap()(md, token.as_ptr().cast(), token.len());
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.fence() as i64);
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.mode().code() as i64);
+        raw::RedisModule_DigestEndSequence.unwrap()(md);
+    }
+}
+
+/// Signature of a server-event callback.
+pub type ServerEventCallback =
+    unsafe extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
+
+/// Subscribes to one server event; false if Redis refused.
+pub fn subscribe_server_event(ctx: &Context, event_id: u64, callback: ServerEventCallback) -> bool {
+    let event = raw::RedisModuleEvent {
+        id: event_id,
+        dataver: 1,
+    };
+    // SAFETY: `ctx` is the module's load context; the callback has the
+    // signature Redis calls.
+    let status =
+        unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(callback)) };
+    status == raw::REDISMODULE_OK as c_int
+}

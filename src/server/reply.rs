@@ -1,0 +1,37 @@
+//! Replies written straight to the client, without building a value tree.
+
+use std::ffi::c_char;
+
+use redis_module::{raw, Context, RedisValue};
+
+/// `[token, fence]`, the answer to a successful acquire.
+pub fn grant(ctx: &Context, token: &[u8], fence: u64) -> RedisValue {
+    raw::reply_with_array(ctx.ctx, 2);
+    bulk(ctx, token);
+    raw::reply_with_long_long(ctx.ctx, fence as i64);
+    RedisValue::NoReply
+}
+
+/// Field/value pairs: a map under RESP3, a flat array under RESP2.
+pub fn fields(ctx: &Context, pairs: &[(&str, Field<'_>)]) -> RedisValue {
+    raw::reply_with_map(ctx.ctx, pairs.len() as _);
+    for (name, value) in pairs {
+        bulk(ctx, name.as_bytes());
+        match value {
+            Field::Bytes(b) => bulk(ctx, b),
+            Field::Int(i) => {
+                raw::reply_with_long_long(ctx.ctx, *i);
+            }
+        }
+    }
+    RedisValue::NoReply
+}
+
+pub enum Field<'a> {
+    Bytes(&'a [u8]),
+    Int(i64),
+}
+
+fn bulk(ctx: &Context, bytes: &[u8]) {
+    raw::reply_with_string_buffer(ctx.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len());
+}
