@@ -7,3 +7,4 @@ pub mod errors;
 pub mod fence;
 pub mod lock;
 pub mod token;
+pub mod waiters;

@@ -14,7 +14,7 @@ use crate::core::lock::{self, AcquireDecision, Lock};
 use crate::core::token::{self, TokenArg};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
-use crate::server::{guard, state};
+use crate::server::{guard, state, waiting};
 
 type Reply = Result<RedisValue, LockError>;
 
@@ -59,18 +59,39 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             (&generated[..], None)
         }
     };
-    let decision = lock::decide_acquire(current(&key)?, given);
-    if decision == AcquireDecision::Busy {
-        return Ok(RedisValue::Null);
+    let mut decision = lock::decide_acquire(current(&key)?, given);
+    if decision == AcquireDecision::Grant && waiting::count(ctx, name) > 0 {
+        // The lock was freed where it could not be handed on at once (a key
+        // event): its first waiter gets it, not this newcomer.
+        drop(key);
+        waiting::serve(ctx, name);
+        key = LockKey::open(ctx, name, true);
+        decision = AcquireDecision::Busy;
     }
-    let expire_at = lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
     let fence = match decision {
+        AcquireDecision::Busy => {
+            return Ok(match req.block_ms {
+                Some(timeout) if ffi::may_block(ctx) => {
+                    let expire_at = key.expire_at();
+                    drop(key);
+                    waiting::block(ctx, name, token, req.ttl_ms, timeout, expire_at);
+                    RedisValue::NoReply
+                }
+                _ => RedisValue::Null,
+            });
+        }
         AcquireDecision::Regrant { fence } => {
+            let expire_at =
+                lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
             key.set_expire_at(expire_at);
+            drop(key);
             ffi::replicate_expire_at(ctx, name, expire_at);
+            waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
             fence
         }
-        _ => {
+        AcquireDecision::Grant => {
+            let expire_at =
+                lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
             let fence = state::with_clock(|c| c.next_fence()).ok_or(LockError::FenceExhausted)?;
             key.set_lock(Lock::new(token, fence));
             key.set_expire_at(expire_at);
@@ -89,7 +110,9 @@ fn release_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
         return Ok(RedisValue::Integer(0));
     }
     key.delete();
+    drop(key);
     ffi::replicate_delete(ctx, name);
+    waiting::serve(ctx, name);
     Ok(RedisValue::Integer(1))
 }
 
@@ -102,7 +125,9 @@ fn extend_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     }
     let expire_at = lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
     key.set_expire_at(expire_at);
+    drop(key);
     ffi::replicate_expire_at(ctx, name, expire_at);
+    waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
     Ok(RedisValue::Integer(1))
 }
 
@@ -119,7 +144,7 @@ fn info_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             ("token", Field::Bytes(lock.token())),
             ("fence", Field::Int(lock.fence() as i64)),
             ("ttl", Field::Int(ttl)),
-            ("waiters", Field::Int(0)),
+            ("waiters", Field::Int(waiting::count(ctx, &argv[1]) as i64)),
         ],
     ))
 }

@@ -1,10 +1,11 @@
-//! Server events that move the fence clock to a new epoch.
+//! Server events: those that move the fence clock to a new epoch, and
+//! flushes, which free locks without any per-key event.
 
 use std::ffi::c_void;
 
 use redis_module::{raw, Context};
 
-use crate::server::{ffi, guard, state};
+use crate::server::{ffi, guard, state, waiting};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
@@ -14,6 +15,7 @@ pub fn subscribe(ctx: &Context) -> bool {
             raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
             on_role_changed,
         )
+        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
 }
 
 /// After any load (restart, `DEBUG RELOAD`, a replica's full sync) the data
@@ -51,4 +53,18 @@ fn new_epoch(ctx: &Context, why: &str) {
         c.epoch
     });
     ctx.log_notice(&format!("fence epoch is now {epoch} ({why})"));
+}
+
+/// A flush frees every lock of the flushed database(s) at once.
+unsafe extern "C" fn on_flush(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    guard::callback((), || {
+        if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
+            waiting::on_flushed(&Context::new(ctx), ffi::flushed_db(data));
+        }
+    })
 }

@@ -113,6 +113,16 @@ impl LockKey {
         }
     }
 
+    /// Absolute expiry in Unix milliseconds, if the key has one.
+    pub fn expire_at(&self) -> Option<i64> {
+        if self.raw().is_null() {
+            return None;
+        }
+        // SAFETY: the key is open.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.unwrap()(self.raw()) };
+        (at != NO_EXPIRE).then_some(at)
+    }
+
     /// Remaining time to live in milliseconds, if the key has an expiry.
     pub fn ttl_ms(&self) -> Option<i64> {
         if self.raw().is_null() {
@@ -233,4 +243,88 @@ pub fn subscribe_server_event(ctx: &Context, event_id: u64, callback: ServerEven
     let status =
         unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(callback)) };
     status == raw::REDISMODULE_OK as c_int
+}
+
+/// The database the context works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: `ctx` is a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx.ctx) }
+}
+
+/// Points a context (a timer's, say) at database `db`.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: `ctx` is a live context; Redis checks the index.
+    unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// Whether the current command may block its client (not in MULTI, a
+/// script, or a command called from a module).
+pub fn may_block(ctx: &Context) -> bool {
+    use redis_module::ContextFlags;
+    let flags = ctx.get_flags();
+    !(flags.contains(ContextFlags::MULTI)
+        || flags.contains(ContextFlags::LUA)
+        || flags.contains(ContextFlags::DENY_BLOCKING))
+}
+
+/// A client blocked by this module, identified by its handle's address.
+pub type BlockedHandle = usize;
+
+/// Callback types of the blocking API.
+pub type CommandCallback = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    *mut *mut raw::RedisModuleString,
+    c_int,
+) -> c_int;
+pub type DisconnectCallback =
+    unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut raw::RedisModuleBlockedClient);
+
+/// Blocks the calling client with no Redis-side timeout; `on_unblock` runs
+/// for `CLIENT UNBLOCK`.
+pub fn block_client(
+    ctx: &Context,
+    on_reply: CommandCallback,
+    on_unblock: CommandCallback,
+    on_disconnect: DisconnectCallback,
+) -> BlockedHandle {
+    // SAFETY: `ctx` is the context of the command being blocked; the
+    // callbacks have the signatures Redis calls; no private data is passed.
+    unsafe {
+        let bc = raw::RedisModule_BlockClient.unwrap()(
+            ctx.ctx,
+            Some(on_reply),
+            Some(on_unblock),
+            None,
+            0,
+        );
+        raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(on_disconnect));
+        bc as BlockedHandle
+    }
+}
+
+/// Releases a blocked client's handle; its reply callback then answers
+/// (unless it disconnected). Called exactly once per handle: on grant, at
+/// its deadline, or from the unblock or disconnect callback of a client that
+/// was never granted.
+pub fn unblock_client(handle: BlockedHandle) {
+    // SAFETY: `handle` came from `block_client` and, by the rule above, has
+    // not been released yet.
+    unsafe {
+        raw::RedisModule_UnblockClient.unwrap()(
+            handle as *mut raw::RedisModuleBlockedClient,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// The handle of the blocked client a reply or unblock callback runs for.
+pub fn blocked_handle(ctx: &Context) -> BlockedHandle {
+    // SAFETY: `ctx` is a reply or unblock callback's context.
+    unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx.ctx) as BlockedHandle }
+}
+
+/// Info about a flush from the FLUSHDB server event: the database, or -1 for all.
+pub fn flushed_db(data: *mut c_void) -> i32 {
+    // SAFETY: Redis passes a `RedisModuleFlushInfo` with the FLUSHDB event.
+    unsafe { (*data.cast::<raw::RedisModuleFlushInfoV1>()).dbnum }
 }

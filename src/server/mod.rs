@@ -8,6 +8,7 @@ mod ffi;
 mod guard;
 mod reply;
 mod state;
+mod waiting;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
@@ -33,5 +34,8 @@ redis_module! {
         ["lock.extend", commands::extend, "write", 1, 1, 1, ""],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
         ["lock._apply", commands::apply, "write", 1, 1, 1, ""],
+    ],
+    event_handlers: [
+        [@GENERIC @EXPIRED @EVICTED: waiting::on_key_event],
     ],
 }

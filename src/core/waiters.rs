@@ -1,0 +1,172 @@
+//! Clients waiting for a lock, in arrival order, per lock.
+//!
+//! This is only bookkeeping: who waits for which lock, who is next, and
+//! what happened to each waiter. The Redis layer blocks and wakes the
+//! clients and makes the grants.
+
+use std::collections::{HashMap, VecDeque};
+use std::hash::Hash;
+
+/// Where a waiter stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// In the queue.
+    Waiting,
+    /// Granted the lock with this fence; the reply has not been sent yet.
+    Granted { fence: u64 },
+}
+
+/// One waiter: the lock it waits for, what it asked for, where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter<K, R> {
+    pub lock: K,
+    pub request: R,
+    pub stage: Stage,
+}
+
+/// Every waiter of the server. `I` identifies a waiter, `K` a lock, `R` is
+/// what the waiter asked for (token, TTL).
+#[derive(Debug)]
+pub struct Waiters<I, K, R> {
+    queues: HashMap<K, VecDeque<I>>,
+    waiters: HashMap<I, Waiter<K, R>>,
+}
+
+impl<I, K, R> Default for Waiters<I, K, R> {
+    fn default() -> Self {
+        Waiters {
+            queues: HashMap::new(),
+            waiters: HashMap::new(),
+        }
+    }
+}
+
+impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
+    /// True when nobody waits for anything: the common case, checked first
+    /// on every key event so that unrelated traffic pays almost nothing.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// Adds a waiter at the back of its lock's queue.
+    pub fn enqueue(&mut self, id: I, lock: K, request: R) {
+        self.queues.entry(lock.clone()).or_default().push_back(id);
+        self.waiters.insert(
+            id,
+            Waiter {
+                lock,
+                request,
+                stage: Stage::Waiting,
+            },
+        );
+    }
+
+    /// Number of clients waiting for `lock`.
+    pub fn count(&self, lock: &K) -> usize {
+        self.queues.get(lock).map_or(0, VecDeque::len)
+    }
+
+    /// The first waiter of `lock`.
+    pub fn head(&self, lock: &K) -> Option<(I, &R)> {
+        let id = *self.queues.get(lock)?.front()?;
+        Some((id, &self.waiters.get(&id)?.request))
+    }
+
+    /// Marks `id` as granted and takes it out of the queue; false if it is
+    /// not waiting.
+    pub fn grant(&mut self, id: I, fence: u64) -> bool {
+        let Some(waiter) = self.waiters.get_mut(&id) else {
+            return false;
+        };
+        if waiter.stage != Stage::Waiting {
+            return false;
+        }
+        waiter.stage = Stage::Granted { fence };
+        let lock = waiter.lock.clone();
+        self.unqueue(id, &lock);
+        true
+    }
+
+    /// Forgets `id` (replied to, timed out, disconnected) and returns what
+    /// it was, so the caller can tell a lost grant from a plain wait.
+    pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
+        let waiter = self.waiters.remove(&id)?;
+        if waiter.stage == Stage::Waiting {
+            self.unqueue(id, &waiter.lock);
+        }
+        Some(waiter)
+    }
+
+    pub fn get(&self, id: I) -> Option<&Waiter<K, R>> {
+        self.waiters.get(&id)
+    }
+
+    /// Locks that have waiters, matching `filter`.
+    pub fn locks_where(&self, filter: impl Fn(&K) -> bool) -> Vec<K> {
+        self.queues.keys().filter(|k| filter(k)).cloned().collect()
+    }
+
+    /// Total number of queued waiters.
+    pub fn total(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum()
+    }
+
+    fn unqueue(&mut self, id: I, lock: &K) {
+        if let Some(queue) = self.queues.get_mut(lock) {
+            queue.retain(|&w| w != id);
+            if queue.is_empty() {
+                self.queues.remove(lock);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type W = Waiters<u32, &'static str, &'static str>;
+
+    #[test]
+    fn first_come_first_served() {
+        let mut w = W::default();
+        assert!(w.is_empty());
+        for (id, who) in [(1, "a"), (2, "b"), (3, "c")] {
+            w.enqueue(id, "lock", who);
+        }
+        w.enqueue(9, "other", "z");
+        assert_eq!(w.count(&"lock"), 3);
+        assert_eq!(w.total(), 4);
+        assert_eq!(w.head(&"lock"), Some((1, &"a")));
+        assert!(w.grant(1, 10));
+        assert_eq!(w.head(&"lock"), Some((2, &"b")));
+        assert_eq!(w.count(&"lock"), 2);
+        assert_eq!(w.get(1).unwrap().stage, Stage::Granted { fence: 10 });
+    }
+
+    #[test]
+    fn leaving_the_queue() {
+        let mut w = W::default();
+        w.enqueue(1, "lock", "a");
+        w.enqueue(2, "lock", "b");
+        let gone = w.remove(1).unwrap();
+        assert_eq!(gone.stage, Stage::Waiting);
+        assert_eq!(w.head(&"lock"), Some((2, &"b")));
+        assert!(w.remove(1).is_none());
+        assert!(w.grant(2, 5));
+        assert!(!w.grant(2, 6), "a waiter is granted once");
+        assert!(w.is_empty(), "granted waiters leave the queue");
+        assert_eq!(w.remove(2).unwrap().stage, Stage::Granted { fence: 5 });
+        assert!(w.get(2).is_none());
+    }
+
+    #[test]
+    fn locks_with_waiters() {
+        let mut w = W::default();
+        w.enqueue(1, "a:1", "x");
+        w.enqueue(2, "b:1", "y");
+        let mut found = w.locks_where(|k| k.starts_with('a'));
+        found.sort();
+        assert_eq!(found, vec!["a:1"]);
+    }
+}
