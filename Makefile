@@ -25,8 +25,7 @@ run: build
 # Unit tests of the core, then integration tests against real redis-server
 # processes that load the module just built.
 test: build
-	$(CARGO) test --release --lib
-	$(CARGO) test --release --tests
+	$(CARGO) test --release
 
 lint:
 	$(CARGO) fmt --check

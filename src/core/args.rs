@@ -121,6 +121,14 @@ pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, Loc
     })
 }
 
+/// `LOCK._EPOCH epoch`: the fence epoch a promoted master reached.
+pub fn parse_epoch<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<u64, LockError> {
+    if argv.len() != 2 {
+        return Err(LockError::Arity("lock._epoch"));
+    }
+    parse_non_negative(&argv[1]).ok_or(LockError::InvalidEpoch)
+}
+
 /// A token that must be given literally (release, extend): `*` is just a byte.
 fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
     match TokenArg::parse(raw) {
@@ -334,6 +342,15 @@ mod tests {
         );
         assert!(parse_apply(&argv("lock._apply k t 0")).is_err());
         assert!(parse_apply(&argv("lock._apply k t")).is_err());
+        assert_eq!(parse_epoch(&argv("lock._epoch 3")), Ok(3));
+        assert_eq!(
+            parse_epoch(&argv("lock._epoch -3")),
+            Err(LockError::InvalidEpoch)
+        );
+        assert_eq!(
+            parse_epoch(&argv("lock._epoch")),
+            Err(LockError::Arity("lock._epoch"))
+        );
     }
 
     #[test]

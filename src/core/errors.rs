@@ -24,6 +24,8 @@ pub enum LockError {
     InvalidTtl,
     /// A `BLOCK` timeout that is not a non-negative integer.
     InvalidBlock,
+    /// A fence epoch that is not a non-negative integer (internal command).
+    InvalidEpoch,
     /// A token that is empty or longer than the limit.
     InvalidToken,
     /// The key holds a value of another type.
@@ -48,6 +50,7 @@ impl fmt::Display for LockError {
             MissingValue(opt) => write!(f, "ERR syntax error: option {opt} needs a value"),
             InvalidTtl => f.write_str("ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds"),
             InvalidBlock => f.write_str("ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds"),
+            InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
@@ -74,6 +77,7 @@ mod tests {
             LockError::MissingValue("PX"),
             LockError::InvalidTtl,
             LockError::InvalidBlock,
+            LockError::InvalidEpoch,
             LockError::InvalidToken,
             LockError::FenceExhausted,
             LockError::InternalCommand,

@@ -1,22 +1,35 @@
 //! Fencing-token arithmetic.
 //!
-//! A fence is `epoch << COUNTER_BITS | counter`. The server hands out fences
-//! from one clock, so they increase across all lock names, which is what lets
-//! a lock keep increasing even after its key was deleted and recreated.
+//! A fence is `epoch << EPOCH_SHIFT | local`. The server hands out fences
+//! from one clock, so they increase across all lock names, which is what
+//! keeps a lock's fences increasing after its key is deleted and recreated.
 //!
-//! The epoch moves forward every time the server's history may have a gap it
-//! cannot see: after loading a data set (restart, `DEBUG RELOAD`, a replica's
-//! full sync), since the last grants before a crash may be missing from it, and
-//! when a replica is promoted, since its old master may have granted fences it
-//! never received. A new epoch's first fence is above every fence of every
-//! earlier epoch, whatever their counters reached.
+//! `local` is a hybrid clock: the larger of "last fence + 1" and the wall
+//! clock in milliseconds (since 2025) times 2^COUNTER_BITS. The wall-clock
+//! floor is what makes fences issued after any restart exceed those issued
+//! before it, even when the last grants never reached the disk, or when
+//! there is no disk at all: the restarted server starts above the current
+//! time, which the lost grants could not have reached unless they ran at
+//! more than 2^COUNTER_BITS grants per millisecond.
+//!
+//! The epoch moves forward only when a replica is promoted: its old master
+//! may still be granting (split brain), at the same wall-clock times, so
+//! only a higher epoch puts the new master's fences above all of them.
+//! Replicas learn the master's epoch from every replicated fence, from the
+//! RDB aux data of a full sync, and from an explicit epoch record.
 
-/// Bits of a fence used by the per-epoch counter.
-pub const COUNTER_BITS: u32 = 40;
+/// Bits of `local` counting grants within one millisecond.
+pub const COUNTER_BITS: u32 = 10;
+/// Milliseconds since [`TIME_BASE_MS`] fit in this many bits (69 years).
+pub const TIME_BITS: u32 = 41;
+/// Where the epoch starts in a fence.
+pub const EPOCH_SHIFT: u32 = COUNTER_BITS + TIME_BITS;
 /// Fences are positive signed 64-bit integers on the wire.
 pub const MAX_FENCE: u64 = i64::MAX as u64;
-/// The highest epoch that still leaves room for a counter.
-pub const MAX_EPOCH: u64 = MAX_FENCE >> COUNTER_BITS;
+/// The highest epoch (4095 promotions); past it the epoch stops advancing.
+pub const MAX_EPOCH: u64 = MAX_FENCE >> EPOCH_SHIFT;
+/// 2025-01-01T00:00:00Z in Unix milliseconds.
+pub const TIME_BASE_MS: i64 = 1_735_689_600_000;
 
 /// The server's fence clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -28,10 +41,11 @@ pub struct FenceClock {
 }
 
 impl FenceClock {
-    /// The fence for a new grant, or `None` once fences are exhausted.
-    pub fn next_fence(&mut self) -> Option<u64> {
-        let epoch_floor = (self.epoch << COUNTER_BITS) | 1;
-        let fence = self.high_water.checked_add(1)?.max(epoch_floor);
+    /// The fence for a grant at Unix time `now_ms`, or `None` once fences
+    /// are exhausted.
+    pub fn next_fence(&mut self, now_ms: i64) -> Option<u64> {
+        let floor = (self.epoch << EPOCH_SHIFT) | time_floor(now_ms);
+        let fence = self.high_water.checked_add(1)?.max(floor);
         if fence > MAX_FENCE {
             return None;
         }
@@ -44,17 +58,36 @@ impl FenceClock {
         self.high_water = self.high_water.max(fence);
     }
 
-    /// Merges a clock saved earlier (RDB aux data): nothing ever moves back.
-    pub fn merge(&mut self, saved: FenceClock) {
-        self.epoch = self.epoch.max(saved.epoch.min(MAX_EPOCH));
-        self.high_water = self.high_water.max(saved.high_water);
+    /// Records an epoch another server reached (replicated, saved).
+    pub fn observe_epoch(&mut self, epoch: u64) {
+        self.epoch = self.epoch.max(epoch.min(MAX_EPOCH));
     }
 
-    /// Starts a new epoch above every fence seen so far.
-    pub fn advance_epoch(&mut self) {
-        let seen = self.epoch.max(self.high_water >> COUNTER_BITS);
-        self.epoch = (seen + 1).min(MAX_EPOCH);
+    /// Merges a clock saved earlier (RDB aux data): nothing ever moves back.
+    pub fn merge(&mut self, saved: FenceClock) {
+        self.observe_epoch(saved.epoch);
+        self.observe(saved.high_water);
     }
+
+    /// Starts a new epoch above every fence seen so far; false once the
+    /// epochs are used up.
+    pub fn advance_epoch(&mut self) -> bool {
+        let seen = self.epoch.max(self.high_water >> EPOCH_SHIFT);
+        if seen >= MAX_EPOCH {
+            self.epoch = MAX_EPOCH;
+            return false;
+        }
+        self.epoch = seen + 1;
+        true
+    }
+}
+
+/// The wall-clock part of a fence floor.
+fn time_floor(now_ms: i64) -> u64 {
+    let since_base = now_ms
+        .saturating_sub(TIME_BASE_MS)
+        .clamp(0, (1 << TIME_BITS) - 1);
+    (since_base as u64) << COUNTER_BITS
 }
 
 /// Whether a fence read from outside (RDB, `RESTORE`, replication) is one the
@@ -67,58 +100,73 @@ pub fn is_valid(fence: u64) -> bool {
 mod tests {
     use super::*;
 
+    const NOW: i64 = TIME_BASE_MS + 60_000;
+
     #[test]
-    fn fresh_clock_counts_from_one() {
+    fn fences_increase_within_a_millisecond_and_follow_the_clock() {
         let mut c = FenceClock::default();
-        assert_eq!(c.next_fence(), Some(1));
-        assert_eq!(c.next_fence(), Some(2));
+        let a = c.next_fence(NOW).unwrap();
+        let b = c.next_fence(NOW).unwrap();
+        assert_eq!(b, a + 1);
+        let later = c.next_fence(NOW + 1).unwrap();
+        assert_eq!(later, ((NOW - TIME_BASE_MS + 1) as u64) << COUNTER_BITS);
+        // A clock that steps back does not make fences go back.
+        assert_eq!(c.next_fence(NOW - 10_000), Some(later + 1));
     }
 
     #[test]
-    fn new_epoch_jumps_above_everything_seen() {
-        let mut c = FenceClock::default();
-        for _ in 0..10 {
-            c.next_fence();
-        }
-        c.advance_epoch();
-        let f = c.next_fence().unwrap();
-        assert_eq!(f, (1 << COUNTER_BITS) | 1);
-        assert!(f > 10);
+    fn a_restart_that_lost_everything_still_issues_larger_fences() {
+        let mut before = FenceClock::default();
+        let issued: Vec<u64> = (0..1000).map(|_| before.next_fence(NOW).unwrap()).collect();
+        // Nothing survived: a fresh clock, one millisecond later.
+        let mut after = FenceClock::default();
+        let next = after.next_fence(NOW + 1).unwrap();
+        assert!(issued.iter().all(|&f| f < next));
     }
 
     #[test]
     fn promoted_replica_beats_old_master_that_kept_granting() {
-        // The replica saw the master's fences up to some point...
         let mut master = FenceClock::default();
-        master.advance_epoch();
         let mut replica = FenceClock::default();
         for _ in 0..5 {
-            replica.observe(master.next_fence().unwrap());
+            replica.observe(master.next_fence(NOW).unwrap());
         }
-        // ...the replica loses the link and is promoted, the master goes on.
-        replica.advance_epoch();
-        let mut old = Vec::new();
-        for _ in 0..1000 {
-            old.push(master.next_fence().unwrap());
-        }
-        let new = replica.next_fence().unwrap();
+        // The replica is promoted; the master goes on granting, even later.
+        assert!(replica.advance_epoch());
+        let old: Vec<u64> = (0..1000)
+            .map(|i| master.next_fence(NOW + 1000 + i).unwrap())
+            .collect();
+        let new = replica.next_fence(NOW + 1).unwrap();
         assert!(old.iter().all(|&f| f < new));
+    }
+
+    #[test]
+    fn a_replica_that_saw_no_fence_learns_the_epoch() {
+        let mut master = FenceClock::default();
+        master.advance_epoch();
+        master.advance_epoch();
+        let mut replica = FenceClock::default();
+        replica.observe_epoch(master.epoch);
+        replica.advance_epoch();
+        let old = master.next_fence(NOW + 5000).unwrap();
+        assert!(replica.next_fence(NOW).unwrap() > old);
     }
 
     #[test]
     fn observed_fences_raise_the_floor() {
         let mut c = FenceClock::default();
-        c.observe(500);
-        assert_eq!(c.next_fence(), Some(501));
+        let far = time_floor(NOW) + 500_000;
+        c.observe(far);
+        assert_eq!(c.next_fence(NOW), Some(far + 1));
         c.observe(3);
-        assert_eq!(c.next_fence(), Some(502));
+        assert_eq!(c.next_fence(NOW), Some(far + 2));
     }
 
     #[test]
-    fn merge_never_goes_back() {
+    fn merge_never_goes_back_and_clamps_a_corrupt_epoch() {
         let mut c = FenceClock {
             epoch: 4,
-            high_water: 9 << COUNTER_BITS,
+            high_water: 9 << EPOCH_SHIFT,
         };
         c.merge(FenceClock {
             epoch: 2,
@@ -128,48 +176,41 @@ mod tests {
             c,
             FenceClock {
                 epoch: 4,
-                high_water: 9 << COUNTER_BITS
+                high_water: 9 << EPOCH_SHIFT
             }
         );
-        c.advance_epoch();
+        assert!(c.advance_epoch());
         assert_eq!(c.epoch, 10);
-    }
-
-    #[test]
-    fn merge_clamps_a_corrupt_epoch() {
-        let mut c = FenceClock::default();
         c.merge(FenceClock {
             epoch: u64::MAX,
             high_water: 0,
         });
         assert_eq!(c.epoch, MAX_EPOCH);
-        assert!(c.next_fence().unwrap() > (MAX_EPOCH << COUNTER_BITS));
     }
 
     #[test]
-    fn counter_overflow_carries_into_the_epoch() {
-        let mut c = FenceClock {
-            epoch: 1,
-            high_water: (2 << COUNTER_BITS) - 1,
-        };
-        let f = c.next_fence().unwrap();
-        assert_eq!(f, 2 << COUNTER_BITS);
-        c.advance_epoch();
-        assert_eq!(c.epoch, 3);
-    }
-
-    #[test]
-    fn exhaustion_is_reported_not_wrapped() {
+    fn epochs_and_fences_run_out_without_wrapping() {
         let mut c = FenceClock {
             epoch: MAX_EPOCH,
             high_water: MAX_FENCE - 1,
         };
-        assert_eq!(c.next_fence(), Some(MAX_FENCE));
-        assert_eq!(c.next_fence(), None);
-        assert_eq!(c.next_fence(), None);
-        c.advance_epoch();
+        assert!(!c.advance_epoch());
         assert_eq!(c.epoch, MAX_EPOCH);
-        assert_eq!(c.next_fence(), None);
+        assert_eq!(c.next_fence(NOW), Some(MAX_FENCE));
+        assert_eq!(c.next_fence(NOW), None);
+        assert_eq!(c.next_fence(NOW), None);
+    }
+
+    #[test]
+    fn time_floor_is_clamped() {
+        assert_eq!(time_floor(0), 0);
+        assert_eq!(time_floor(i64::MIN), 0);
+        assert_eq!(
+            time_floor(i64::MAX),
+            ((1u64 << TIME_BITS) - 1) << COUNTER_BITS
+        );
+        let mut c = FenceClock::default();
+        assert!(c.next_fence(i64::MAX).unwrap() < 1 << EPOCH_SHIFT);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! Effects, not commands, are replicated: a grant travels as
 //! `LOCK._APPLY key token fence unix-ms`, an extend as `PEXPIREAT`, a
 //! release as `DEL`, so replicas and AOF replay rebuild the exact owner (a
-//! generated token included), fence and absolute expiry.
+//! generated token included), fence and absolute expiry. A promotion's new
+//! fence epoch travels as `LOCK._EPOCH epoch`.
 
 use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
@@ -36,6 +37,10 @@ pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 
 pub fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
     guard::command(|| apply_inner(ctx, &argv))
+}
+
+pub fn epoch(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
+    guard::command(|| epoch_inner(ctx, &argv))
 }
 
 /// The lock on an open key, or WRONGTYPE if it holds something else.
@@ -92,7 +97,8 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
         AcquireDecision::Grant => {
             let expire_at =
                 lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
-            let fence = state::with_clock(|c| c.next_fence()).ok_or(LockError::FenceExhausted)?;
+            let fence = state::with_clock(|c| c.next_fence(ffi::now_ms()))
+                .ok_or(LockError::FenceExhausted)?;
             key.set_lock(Lock::new(token, fence));
             key.set_expire_at(expire_at);
             ffi::replicate_grant(ctx, name, token, fence, expire_at);
@@ -165,6 +171,18 @@ fn apply_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     }
     state::with_clock(|c| c.observe(req.fence));
     // A replica's own AOF and sub-replicas get the effect as it came.
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// Records the fence epoch a master reached on promotion. Internal, like
+/// `LOCK._APPLY`.
+fn epoch_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+    if !ffi::from_master_or_aof(ctx) {
+        return Err(LockError::InternalCommand);
+    }
+    let epoch = args::parse_epoch(argv)?;
+    state::with_clock(|c| c.observe_epoch(epoch));
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -1,7 +1,8 @@
-//! Server events: those that move the fence clock to a new epoch, and
+//! Server events: promotion, which moves the fence clock to a new epoch, and
 //! flushes, which free locks without any per-key event.
 
 use std::ffi::c_void;
+use std::time::Duration;
 
 use redis_module::{raw, Context};
 
@@ -9,31 +10,17 @@ use crate::server::{ffi, guard, state, waiting};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading)
-        && ffi::subscribe_server_event(
-            ctx,
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            on_role_changed,
-        )
-        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
+    ffi::subscribe_server_event(
+        ctx,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        on_role_changed,
+    ) && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
 }
 
-/// After any load (restart, `DEBUG RELOAD`, a replica's full sync) the data
-/// may lack the last grants before a crash: start a new epoch above them.
-unsafe extern "C" fn on_loading(
-    ctx: *mut raw::RedisModuleCtx,
-    _e: raw::RedisModuleEvent,
-    sub: u64,
-    _d: *mut c_void,
-) {
-    guard::callback((), || {
-        if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED {
-            new_epoch(&Context::new(ctx), "data loaded");
-        }
-    })
-}
-
-/// A promoted replica may have missed its old master's last grants.
+/// A promoted replica may have missed its old master's last grants, and the
+/// old master may go on granting: a new epoch puts every fence from here on
+/// above all of them. Its own replicas and AOF learn the epoch too, from a
+/// timer, since the event itself is no place to propagate from.
 unsafe extern "C" fn on_role_changed(
     ctx: *mut raw::RedisModuleCtx,
     _e: raw::RedisModuleEvent,
@@ -41,18 +28,25 @@ unsafe extern "C" fn on_role_changed(
     _d: *mut c_void,
 ) {
     guard::callback((), || {
-        if sub == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-            new_epoch(&Context::new(ctx), "promoted to master");
+        if sub != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+            return;
         }
+        let ctx = Context::new(ctx);
+        let (advanced, epoch) = state::with_clock(|c| (c.advance_epoch(), c.epoch));
+        if advanced {
+            ctx.log_notice(&format!("promoted to master: fence epoch is now {epoch}"));
+        } else {
+            ctx.log_warning(&format!(
+                "promoted to master, but the fence epoch is at its maximum ({epoch}): \
+                 fences may no longer exceed the old master's"
+            ));
+        }
+        ctx.create_timer(
+            Duration::ZERO,
+            |ctx: &Context, epoch: u64| guard::callback((), || ffi::replicate_epoch(ctx, epoch)),
+            epoch,
+        );
     })
-}
-
-fn new_epoch(ctx: &Context, why: &str) {
-    let epoch = state::with_clock(|c| {
-        c.advance_epoch();
-        c.epoch
-    });
-    ctx.log_notice(&format!("fence epoch is now {epoch} ({why})"));
 }
 
 /// A flush frees every lock of the flushed database(s) at once.

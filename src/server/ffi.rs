@@ -175,6 +175,19 @@ pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u6
     };
 }
 
+/// Propagates a promoted master's new fence epoch.
+pub fn replicate_epoch(ctx: &Context, epoch: u64) {
+    // SAFETY: the format "l" matches one long long.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"LOCK._EPOCH".as_ptr(),
+            c"l".as_ptr(),
+            epoch as i64,
+        )
+    };
+}
+
 /// Propagates a new absolute expiry (re-grant, extend).
 pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
     // SAFETY: the format "sl" matches a Redis string and a long long.

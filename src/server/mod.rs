@@ -34,6 +34,7 @@ redis_module! {
         ["lock.extend", commands::extend, "write", 1, 1, 1, ""],
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
         ["lock._apply", commands::apply, "write", 1, 1, 1, ""],
+        ["lock._epoch", commands::epoch, "write", 0, 0, 0, ""],
     ],
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: waiting::on_key_event],

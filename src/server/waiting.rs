@@ -156,7 +156,7 @@ pub fn serve(ctx: &Context, name: &RedisString) {
         return;
     };
     // Exhausted fences: nobody can be granted; waiters time out.
-    let Some(fence) = state::with_clock(|c| c.next_fence()) else {
+    let Some(fence) = state::with_clock(|c| c.next_fence(ffi::now_ms())) else {
         return;
     };
     key.set_lock(Lock::new(&token, fence));

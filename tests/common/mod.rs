@@ -1,0 +1,804 @@
+//! Test harness: starts throw-away `redis-server` processes with the redislock module loaded.
+//!
+//! Every `Server` owns a child process and a private temporary directory; both are removed in
+//! `Drop`, so servers are cleaned up even when a test panics.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::{Connection, RedisError, Value};
+
+/// How long to wait for a server to come up (or go down).
+const STARTUP_DEADLINE: Duration = Duration::from_secs(10);
+/// Read/write timeout on test connections, so a hung server fails the test instead of hanging it.
+const IO_TIMEOUT: Duration = Duration::from_secs(15);
+
+static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
+
+/// Path of the module under test.
+pub fn module_path() -> PathBuf {
+    let path = match std::env::var_os("REDISLOCK_MODULE") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libredislock.so"),
+    };
+    if !path.is_file() {
+        panic!(
+            "redislock module not found at {}: run `cargo build --release` / `make test` first \
+             (or point REDISLOCK_MODULE at the .so)",
+            path.display()
+        );
+    }
+    path
+}
+
+/// Path (or name) of the `redis-server` binary.
+pub fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+fn unique_temp_dir() -> PathBuf {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let n = DIR_COUNTER.fetch_add(1, Ordering::SeqCst);
+    let dir = std::env::temp_dir().join(format!(
+        "redislock-test-{}-{}-{}",
+        std::process::id(),
+        n,
+        nanos
+    ));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// How to stop a server before restarting it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    /// `SHUTDOWN SAVE`: write an RDB snapshot (and fsync the AOF) before exiting.
+    Save,
+    /// `SHUTDOWN NOSAVE`: exit without a snapshot (the AOF, if enabled, is still fsynced).
+    NoSave,
+    /// SIGKILL: simulates a crash.
+    Kill,
+}
+
+/// Builder for a `Server` with extra configuration.
+#[derive(Clone, Debug, Default)]
+pub struct ServerBuilder {
+    args: Vec<String>,
+    without_module: bool,
+    module_in_config_file: bool,
+    replica_of: Option<u16>,
+}
+
+impl ServerBuilder {
+    /// Adds a config directive, e.g. `.config("appendonly", &["yes"])`. Later directives override
+    /// earlier ones (including the harness defaults).
+    pub fn config(mut self, name: &str, values: &[&str]) -> Self {
+        self.args.push(format!("--{name}"));
+        self.args.extend(values.iter().map(|v| v.to_string()));
+        self
+    }
+
+    /// Shorthand for a single-valued directive.
+    pub fn set(self, name: &str, value: &str) -> Self {
+        self.config(name, &[value])
+    }
+
+    /// Start without `--loadmodule` (for `MODULE LOAD` tests).
+    pub fn without_module(mut self) -> Self {
+        self.without_module = true;
+        self
+    }
+
+    /// Load the module with a `loadmodule <path>` line in a redis.conf (passed as the first
+    /// argument) instead of `--loadmodule`.
+    pub fn module_in_config_file(mut self) -> Self {
+        self.module_in_config_file = true;
+        self
+    }
+
+    /// Make this server a replica of `master` (on 127.0.0.1). `start()` then waits until the link
+    /// is up and the master's `WAIT 1 5000` answers 1.
+    pub fn replica_of(mut self, master: &Server) -> Self {
+        self.replica_of = Some(master.port());
+        self
+    }
+
+    pub fn start(self) -> Server {
+        let replica_of = self.replica_of;
+        let mut args = self.args;
+        if let Some(p) = replica_of {
+            args.push("--replicaof".into());
+            args.push("127.0.0.1".into());
+            args.push(p.to_string());
+        }
+        let module = if self.without_module {
+            None
+        } else {
+            Some(module_path())
+        };
+        let dir = unique_temp_dir();
+        let mut config_file = None;
+        let mut module = module;
+        if self.module_in_config_file {
+            let path = dir.join("redis.conf");
+            let m = module
+                .take()
+                .expect("module_in_config_file with without_module");
+            std::fs::write(&path, format!("loadmodule {}\n", m.display())).expect("write conf");
+            config_file = Some(path);
+        }
+        let mut server = Server {
+            child: None,
+            port: 0,
+            dir,
+            args,
+            module,
+            config_file,
+        };
+        server.launch_on_free_port();
+        if let Some(master_port) = replica_of {
+            server.wait_replica_synced(master_port);
+        }
+        server
+    }
+}
+
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    dir: PathBuf,
+    args: Vec<String>,
+    module: Option<PathBuf>,
+    config_file: Option<PathBuf>,
+}
+
+enum LaunchError {
+    /// The port was taken (by someone else); another port may work.
+    PortInUse,
+    /// Anything else: the log tail explains it.
+    Failed(String),
+}
+
+impl Server {
+    /// A server with the module loaded and the harness defaults.
+    pub fn start() -> Server {
+        Server::builder().start()
+    }
+
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::default()
+    }
+
+    /// A replica of `master`, synced (link up, `WAIT 1` satisfied).
+    pub fn start_replica_of(master: &Server) -> Server {
+        Server::builder().replica_of(master).start()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A fresh RESP2 connection (db 0).
+    pub fn conn(&self) -> Connection {
+        self.conn_url(&self.url())
+    }
+
+    /// A fresh RESP3 connection (db 0).
+    pub fn conn_resp3(&self) -> Connection {
+        self.conn_url(&format!("{}?protocol=resp3", self.url()))
+    }
+
+    /// A connection authenticated as `user`.
+    pub fn conn_as(&self, user: &str, password: &str) -> Connection {
+        self.conn_url(&format!(
+            "redis://{user}:{password}@127.0.0.1:{}/",
+            self.port
+        ))
+    }
+
+    fn conn_url(&self, url: &str) -> Connection {
+        let client = redis::Client::open(url).expect("client url");
+        let con = client
+            .get_connection_with_timeout(IO_TIMEOUT)
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}\n{}", self.log_tail(30)));
+        con.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        con.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        con
+    }
+
+    /// The server's log file.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = self.log();
+        let all: Vec<&str> = log.lines().collect();
+        let start = all.len().saturating_sub(lines);
+        format!(
+            "--- last {} lines of {}/redis.log ---\n{}",
+            all.len() - start,
+            self.dir.display(),
+            all[start..].join("\n")
+        )
+    }
+
+    /// Stops the server (see `Stop`) and starts it again on the same port, dir and arguments.
+    pub fn restart(&mut self, how: Stop) {
+        self.stop(how);
+        // The same port is required (replicas point at it). It was ours a moment ago, so it is
+        // normally free; retry briefly in case another test's client grabbed it meanwhile.
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            match self.launch(self.port) {
+                Ok(()) => return,
+                Err(LaunchError::PortInUse) if Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(100));
+                }
+                Err(LaunchError::PortInUse) => {
+                    panic!("port {} still in use on restart", self.port)
+                }
+                Err(LaunchError::Failed(msg)) => panic!("restart failed: {msg}"),
+            }
+        }
+    }
+
+    /// Crash (SIGKILL) and start again from whatever is on disk.
+    pub fn kill9_and_restart(&mut self) {
+        self.restart(Stop::Kill);
+    }
+
+    /// Stops the server without restarting it.
+    pub fn stop(&mut self, how: Stop) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if how != Stop::Kill {
+            let mode = if how == Stop::Save { "SAVE" } else { "NOSAVE" };
+            if let Ok(client) = redis::Client::open(self.url()) {
+                if let Ok(mut con) = client.get_connection_with_timeout(IO_TIMEOUT) {
+                    let _ = con.set_read_timeout(Some(IO_TIMEOUT));
+                    // The reply is normally a closed connection; an error reply means the
+                    // shutdown was refused, which the wait below turns into a failure.
+                    let r: Result<Value, RedisError> =
+                        redis::cmd("SHUTDOWN").arg(mode).query(&mut con);
+                    if let Err(e) = &r {
+                        if !e.is_io_error() && !e.is_connection_dropped() {
+                            let _ = child.kill();
+                            let _ = child.wait();
+                            panic!("SHUTDOWN {mode} refused: {e}\n{}", self.log_tail(30));
+                        }
+                    }
+                }
+            }
+            let deadline = Instant::now() + STARTUP_DEADLINE;
+            loop {
+                match child.try_wait() {
+                    Ok(Some(_)) => return,
+                    Ok(None) if Instant::now() < deadline => {
+                        thread::sleep(Duration::from_millis(10))
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!(
+                            "server did not exit after SHUTDOWN {mode}\n{}",
+                            self.log_tail(30)
+                        );
+                    }
+                }
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    fn launch_on_free_port(&mut self) {
+        let mut last = String::new();
+        for _ in 0..8 {
+            let port = free_port();
+            match self.launch(port) {
+                Ok(()) => return,
+                Err(LaunchError::PortInUse) => last = format!("port {port} in use"),
+                Err(LaunchError::Failed(msg)) => panic!("redis-server failed to start: {msg}"),
+            }
+        }
+        panic!("redis-server failed to start after several ports: {last}");
+    }
+
+    fn launch(&mut self, port: u16) -> Result<(), LaunchError> {
+        assert!(self.child.is_none());
+        self.port = port;
+        let mut cmd = Command::new(server_binary());
+        if let Some(conf) = &self.config_file {
+            cmd.arg(conf);
+        }
+        cmd.arg("--port")
+            .arg(port.to_string())
+            .arg("--bind")
+            .arg("127.0.0.1")
+            .arg("--dir")
+            .arg(&self.dir);
+        if let Some(module) = &self.module {
+            cmd.arg("--loadmodule").arg(module);
+        }
+        cmd.args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--enable-debug-command", "yes"])
+            // Full syncs start at once instead of after the 5 s default delay.
+            .args(["--repl-diskless-sync-delay", "0"])
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {} (set REDIS_SERVER?): {e}", server_binary()));
+        let pid = child.id();
+        self.child = Some(child);
+        match self.wait_ready(pid) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                if let Some(mut c) = self.child.take() {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn wait_ready(&mut self, pid: u32) -> Result<(), LaunchError> {
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let url = self.url();
+        let mut last_err = String::from("no attempt");
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.as_mut().unwrap().try_wait() {
+                let log = self.log();
+                if log.contains("Address already in use") {
+                    return Err(LaunchError::PortInUse);
+                }
+                return Err(LaunchError::Failed(format!(
+                    "redis-server exited with {status}\n{}",
+                    self.log_tail(30)
+                )));
+            }
+            match Self::probe(&url) {
+                Ok(info) => {
+                    // Make sure it is our process answering, not another server on that port.
+                    if field(&info, "process_id").as_deref() != Some(&pid.to_string()) {
+                        return Err(LaunchError::PortInUse);
+                    }
+                    if field(&info, "loading").as_deref() == Some("0") {
+                        return Ok(());
+                    }
+                    last_err = "still loading".into();
+                }
+                Err(e) => last_err = e,
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        Err(LaunchError::Failed(format!(
+            "server on port {} not ready after {:?} ({last_err})\n{}",
+            self.port,
+            STARTUP_DEADLINE,
+            self.log_tail(30)
+        )))
+    }
+
+    /// PING and fetch `INFO server` + `INFO persistence`.
+    fn probe(url: &str) -> Result<String, String> {
+        let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+        let mut con = client
+            .get_connection_with_timeout(Duration::from_millis(500))
+            .map_err(|e| e.to_string())?;
+        con.set_read_timeout(Some(Duration::from_secs(2)))
+            .map_err(|e| e.to_string())?;
+        let pong: String = redis::cmd("PING")
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        if pong != "PONG" {
+            return Err(format!("PING answered {pong:?}"));
+        }
+        let server: String = redis::cmd("INFO")
+            .arg("server")
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        let persistence: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut con)
+            .map_err(|e| e.to_string())?;
+        Ok(server + &persistence)
+    }
+
+    /// One field of `INFO <section>`.
+    pub fn info_field(&self, section: &str, name: &str) -> Option<String> {
+        let mut con = self.conn();
+        let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+        field(&info, name)
+    }
+
+    /// Waits until `INFO <section>` shows `name:value`.
+    pub fn wait_info(&self, section: &str, name: &str, value: &str) {
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            let got = self.info_field(section, name);
+            if got.as_deref() == Some(value) {
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "INFO {section}: {name} is {got:?}, expected {value:?}\n{}",
+                    self.log_tail(30)
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for a background AOF rewrite (and any scheduled one) to finish.
+    pub fn wait_aof_rewrite_done(&self) {
+        let deadline = Instant::now() + STARTUP_DEADLINE;
+        loop {
+            let mut con = self.conn();
+            let info: String = redis::cmd("INFO")
+                .arg("persistence")
+                .query(&mut con)
+                .unwrap();
+            let busy = field(&info, "aof_rewrite_in_progress").as_deref() != Some("0")
+                || field(&info, "aof_rewrite_scheduled").as_deref() != Some("0");
+            if !busy {
+                assert_eq!(
+                    field(&info, "aof_last_bgrewrite_status").as_deref(),
+                    Some("ok"),
+                    "AOF rewrite failed\n{}",
+                    self.log_tail(30)
+                );
+                return;
+            }
+            if Instant::now() > deadline {
+                panic!("AOF rewrite still running\n{}", self.log_tail(30));
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for a background save to finish (after `BGSAVE`).
+    pub fn wait_bgsave_done(&self) {
+        self.wait_info("persistence", "rdb_bgsave_in_progress", "0");
+        assert_eq!(
+            self.info_field("persistence", "rdb_last_bgsave_status")
+                .as_deref(),
+            Some("ok")
+        );
+    }
+
+    /// For a replica: waits until the link to `master_port` is up, then until the master sees
+    /// one replica acknowledging its offset.
+    fn wait_replica_synced(&self, master_port: u16) {
+        self.wait_info("replication", "master_link_status", "up");
+        let client = redis::Client::open(format!("redis://127.0.0.1:{master_port}/")).unwrap();
+        let mut master = client.get_connection_with_timeout(IO_TIMEOUT).unwrap();
+        master.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        // A replica of a replica (chained replication) cannot run WAIT; its link being up is
+        // all there is to wait for.
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut master)
+            .unwrap();
+        if field(&info, "role").as_deref() != Some("master") {
+            return;
+        }
+        let n: i64 = redis::cmd("WAIT")
+            .arg(1)
+            .arg(5000)
+            .query(&mut master)
+            .unwrap();
+        assert!(n >= 1, "WAIT 1 5000 on master answered {n}");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::env::var_os("REDISLOCK_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Value of `name:` in an INFO text.
+pub fn field(info: &str, name: &str) -> Option<String> {
+    info.lines().find_map(|l| {
+        l.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().to_string())
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Command helpers
+// ---------------------------------------------------------------------------------------------
+
+/// Builds a `redis::Cmd`: `rcmd!("LOCK.ACQUIRE", key, token, "PX", 1000)`.
+#[macro_export]
+macro_rules! rcmd {
+    ($name:expr $(, $arg:expr)* $(,)?) => {{
+        #[allow(unused_mut)]
+        let mut c = redis::cmd($name);
+        $( c.arg($arg); )*
+        c
+    }};
+}
+
+/// Runs a command and returns the raw reply (server errors as `Err`).
+pub fn run(con: &mut Connection, cmd: &redis::Cmd) -> Result<Value, RedisError> {
+    cmd.query::<Value>(con)
+}
+
+/// Runs a command that must succeed.
+pub fn ok(con: &mut Connection, cmd: &redis::Cmd) -> Value {
+    cmd.query::<Value>(con)
+        .unwrap_or_else(|e| panic!("{} failed: {e}", describe(cmd)))
+}
+
+/// Runs a command that must answer an error reply; returns the full error text
+/// (`"<CODE> <message>"`).
+pub fn err(con: &mut Connection, cmd: &redis::Cmd) -> String {
+    match cmd.query::<Value>(con) {
+        Ok(v) => panic!("{} should fail, but answered {v:?}", describe(cmd)),
+        Err(e) => {
+            assert!(
+                !e.is_io_error() && !e.is_connection_dropped() && !e.is_timeout(),
+                "{} broke the connection: {e}",
+                describe(cmd)
+            );
+            err_text(&e)
+        }
+    }
+}
+
+/// Full server error text (`"<CODE> <message>"`).
+pub fn err_text(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+/// Human-readable form of a command for failure messages.
+pub fn describe(cmd: &redis::Cmd) -> String {
+    let packed = cmd.get_packed_command();
+    // Parse the RESP array of bulk strings back into words.
+    let mut words = Vec::new();
+    let mut rest: &[u8] = &packed;
+    let next_line = |buf: &[u8]| -> Option<(Vec<u8>, usize)> {
+        let pos = buf.windows(2).position(|w| w == b"\r\n")?;
+        Some((buf[..pos].to_vec(), pos + 2))
+    };
+    if let Some((_, n)) = next_line(rest) {
+        rest = &rest[n..];
+        while let Some((hdr, n)) = next_line(rest) {
+            let len: usize = String::from_utf8_lossy(&hdr[1..]).parse().unwrap_or(0);
+            rest = &rest[n..];
+            let word = &rest[..len.min(rest.len())];
+            let shown = if word.len() > 40 {
+                format!("<{} bytes>", word.len())
+            } else {
+                format!("{:?}", String::from_utf8_lossy(word))
+            };
+            words.push(shown);
+            rest = &rest[(len + 2).min(rest.len())..];
+        }
+    }
+    words.join(" ")
+}
+
+pub fn as_bytes(v: &Value) -> Vec<u8> {
+    match v {
+        Value::BulkString(b) => b.clone(),
+        Value::SimpleString(s) => s.as_bytes().to_vec(),
+        Value::VerbatimString { text, .. } => text.as_bytes().to_vec(),
+        Value::Okay => b"OK".to_vec(),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
+
+pub fn as_int(v: &Value) -> i64 {
+    match v {
+        Value::Int(i) => *i,
+        Value::BulkString(b) => String::from_utf8_lossy(b)
+            .parse()
+            .unwrap_or_else(|_| panic!("expected an integer, got {v:?}")),
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// Parses a `LOCK.ACQUIRE` reply: `Some((token, fence))` or `None` for nil.
+pub fn parse_grant(v: &Value) -> Option<(Vec<u8>, i64)> {
+    match v {
+        Value::Nil => None,
+        Value::Array(items) => {
+            assert_eq!(
+                items.len(),
+                2,
+                "LOCK.ACQUIRE reply should have 2 elements: {v:?}"
+            );
+            assert!(
+                matches!(items[0], Value::BulkString(_)),
+                "token should be a bulk string: {v:?}"
+            );
+            assert!(
+                matches!(items[1], Value::Int(_)),
+                "fence should be an integer: {v:?}"
+            );
+            let fence = as_int(&items[1]);
+            assert!(fence > 0, "fence must be positive: {v:?}");
+            Some((as_bytes(&items[0]), fence))
+        }
+        other => panic!("unexpected LOCK.ACQUIRE reply {other:?}"),
+    }
+}
+
+/// `LOCK.ACQUIRE key token PX ms` (plus extra args), must not error.
+pub fn acquire(con: &mut Connection, key: &str, token: &[u8], px: i64) -> Option<(Vec<u8>, i64)> {
+    let v = ok(con, &rcmd!("LOCK.ACQUIRE", key, token, "PX", px));
+    parse_grant(&v)
+}
+
+/// `LOCK.ACQUIRE` that must grant; returns `(token, fence)`.
+pub fn grant(con: &mut Connection, key: &str, token: &[u8], px: i64) -> (Vec<u8>, i64) {
+    acquire(con, key, token, px).unwrap_or_else(|| {
+        panic!(
+            "LOCK.ACQUIRE {key} {:?} PX {px} should grant",
+            String::from_utf8_lossy(token)
+        )
+    })
+}
+
+pub fn release(con: &mut Connection, key: &str, token: &[u8]) -> i64 {
+    as_int(&ok(con, &rcmd!("LOCK.RELEASE", key, token)))
+}
+
+pub fn extend_px(con: &mut Connection, key: &str, token: &[u8], px: i64) -> i64 {
+    as_int(&ok(con, &rcmd!("LOCK.EXTEND", key, token, "PX", px)))
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    pub token: Vec<u8>,
+    pub fence: i64,
+    pub ttl: i64,
+    pub waiters: i64,
+}
+
+/// Parses a `LOCK.INFO` reply (flat field/value array under RESP2, map under RESP3).
+pub fn parse_info(v: &Value) -> Option<LockInfo> {
+    let pairs: Vec<(Vec<u8>, Value)> = match v {
+        Value::Nil => return None,
+        Value::Array(items) => {
+            assert!(items.len() % 2 == 0, "LOCK.INFO: odd-length reply {v:?}");
+            items
+                .chunks(2)
+                .map(|c| (as_bytes(&c[0]), c[1].clone()))
+                .collect()
+        }
+        Value::Map(items) => items
+            .iter()
+            .map(|(k, v)| (as_bytes(k), v.clone()))
+            .collect(),
+        other => panic!("unexpected LOCK.INFO reply {other:?}"),
+    };
+    let get = |name: &str| -> Value {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("LOCK.INFO reply lacks `{name}`: {v:?}"))
+    };
+    let token = get("token");
+    assert!(
+        matches!(token, Value::BulkString(_)),
+        "LOCK.INFO token should be a bulk string: {v:?}"
+    );
+    for name in ["fence", "ttl", "waiters"] {
+        assert!(
+            matches!(get(name), Value::Int(_)),
+            "LOCK.INFO {name} should be an integer: {v:?}"
+        );
+    }
+    Some(LockInfo {
+        token: as_bytes(&token),
+        fence: as_int(&get("fence")),
+        ttl: as_int(&get("ttl")),
+        waiters: as_int(&get("waiters")),
+    })
+}
+
+pub fn info(con: &mut Connection, key: &str) -> Option<LockInfo> {
+    parse_info(&ok(con, &rcmd!("LOCK.INFO", key)))
+}
+
+/// `LOCK.INFO` that must show a lock.
+pub fn info_some(con: &mut Connection, key: &str) -> LockInfo {
+    info(con, key).unwrap_or_else(|| panic!("LOCK.INFO {key} should show a lock"))
+}
+
+pub fn pttl(con: &mut Connection, key: &str) -> i64 {
+    as_int(&ok(con, &rcmd!("PTTL", key)))
+}
+
+pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
+    as_int(&ok(con, &rcmd!("PEXPIRETIME", key)))
+}
+
+pub fn exists(con: &mut Connection, key: &str) -> bool {
+    as_int(&ok(con, &rcmd!("EXISTS", key))) == 1
+}
+
+pub fn dbsize(con: &mut Connection) -> i64 {
+    as_int(&ok(con, &rcmd!("DBSIZE")))
+}
+
+pub fn type_of(con: &mut Connection, key: &str) -> String {
+    String::from_utf8(as_bytes(&ok(con, &rcmd!("TYPE", key)))).unwrap()
+}
+
+pub fn ping(con: &mut Connection) {
+    let v = ok(con, &rcmd!("PING"));
+    assert_eq!(as_bytes(&v), b"PONG", "PING answered {v:?}");
+}
+
+/// `WAIT n 5000` on `con` (the connection that did the writes) must report at least `n`.
+pub fn wait_replicas(con: &mut Connection, n: i64) {
+    let got = as_int(&ok(con, &rcmd!("WAIT", n, 5000)));
+    assert!(got >= n, "WAIT {n} 5000 answered {got}");
+}
+
+/// Current Unix time in milliseconds.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+/// Asserts that `got` is within `[want - slack, want]` (remaining TTLs only go down).
+#[track_caller]
+pub fn assert_ttl_close(got: i64, want: i64, slack: i64, what: &str) {
+    assert!(
+        got <= want && got >= want - slack,
+        "{what}: TTL {got} ms, expected within {slack} ms below {want} ms"
+    );
+}
+
+pub fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
