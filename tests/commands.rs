@@ -1087,3 +1087,12 @@ fn module_loads_from_config_file() {
     assert!(f > 0);
     assert_eq!(type_of(&mut c, "k"), "redislock");
 }
+
+#[test]
+fn the_example_config_loads_the_module() {
+    let s = Server::builder().example_config().start();
+    let mut c = s.conn();
+    let (token, fence) = grant(&mut c, "demo", b"*", 5_000);
+    assert_eq!(token.len(), 32);
+    assert_eq!(info_some(&mut c, "demo").fence, fence);
+}

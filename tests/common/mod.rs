@@ -79,6 +79,7 @@ pub struct ServerBuilder {
     args: Vec<String>,
     without_module: bool,
     module_in_config_file: bool,
+    example_config: bool,
     replica_of: Option<u16>,
 }
 
@@ -106,6 +107,13 @@ impl ServerBuilder {
     /// argument) instead of `--loadmodule`.
     pub fn module_in_config_file(mut self) -> Self {
         self.module_in_config_file = true;
+        self
+    }
+
+    /// Start from the repository's `redis.conf.example`, which loads the module by a path
+    /// relative to the repository (the harness's own settings still override the rest).
+    pub fn example_config(mut self) -> Self {
+        self.example_config = true;
         self
     }
 
@@ -139,6 +147,14 @@ impl ServerBuilder {
                 .expect("module_in_config_file with without_module");
             std::fs::write(&path, format!("loadmodule {}\n", m.display())).expect("write conf");
             config_file = Some(path);
+        }
+        if self.example_config {
+            let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+            // Redis enters `--dir` before loading modules: give the relative path a target there.
+            std::os::unix::fs::symlink(repo.join("target"), dir.join("target"))
+                .expect("symlink target");
+            config_file = Some(repo.join("redis.conf.example"));
+            module = None;
         }
         let mut server = Server {
             child: None,
