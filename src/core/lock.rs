@@ -1,7 +1,8 @@
 //! The lock record and the rules for granting, releasing and extending it.
 //!
-//! The key's own Redis TTL is the lock's expiry, so the record holds only
-//! who owns the lock and the fence of that grant.
+//! The key's own Redis TTL is the lock's expiry, so a lock is only who owns
+//! it and the fence of that grant. How it is laid out in memory is the
+//! storage layer's business; the rules here work on a borrowed view.
 
 use super::fence;
 use super::token::{self, MAX_TOKEN_LEN};
@@ -32,11 +33,11 @@ impl Mode {
     }
 }
 
-/// A held lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lock {
+/// A held lock, as read from wherever it is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockRef<'a> {
     fence: u64,
-    token: Box<[u8]>,
+    token: &'a [u8],
 }
 
 /// Why a stored record could not be read back.
@@ -48,20 +49,17 @@ pub enum DecodeError {
     BadToken,
 }
 
-impl Lock {
-    pub fn new(token: &[u8], fence: u64) -> Self {
-        Lock {
-            fence,
-            token: token.into(),
-        }
+impl<'a> LockRef<'a> {
+    pub fn new(token: &'a [u8], fence: u64) -> Self {
+        LockRef { fence, token }
     }
 
     pub fn fence(&self) -> u64 {
         self.fence
     }
 
-    pub fn token(&self) -> &[u8] {
-        &self.token
+    pub fn token(&self) -> &'a [u8] {
+        self.token
     }
 
     pub fn mode(&self) -> Mode {
@@ -70,17 +68,17 @@ impl Lock {
 
     /// Whether `token` is the holder's (in constant time for equal lengths).
     pub fn is_held_by(&self, token: &[u8]) -> bool {
-        token::same(&self.token, token)
+        token::same(self.token, token)
     }
 
-    /// Bytes this record occupies, for `MEMORY USAGE`.
-    pub fn memory_usage(&self) -> usize {
-        std::mem::size_of::<Self>() + self.token.len()
-    }
-
-    /// Rebuilds a record from its stored fields, refusing anything the module
+    /// Checks fields read back from storage, refusing anything the module
     /// could not have written: a corrupt payload must not become a lock.
-    pub fn decode(encver: i32, mode: u64, fence: u64, token: &[u8]) -> Result<Self, DecodeError> {
+    pub fn decode(
+        encver: i32,
+        mode: u64,
+        fence: u64,
+        token: &'a [u8],
+    ) -> Result<Self, DecodeError> {
         if encver != ENCODING_VERSION {
             return Err(DecodeError::UnknownVersion);
         }
@@ -91,7 +89,7 @@ impl Lock {
         if token.is_empty() || token.len() > MAX_TOKEN_LEN {
             return Err(DecodeError::BadToken);
         }
-        Ok(Lock::new(token, fence))
+        Ok(LockRef::new(token, fence))
     }
 }
 
@@ -108,7 +106,7 @@ pub enum AcquireDecision {
 
 /// `current` is the lock on the key, if any; `token` is `None` when the
 /// server generates one (a fresh token can never match the holder's).
-pub fn decide_acquire(current: Option<&Lock>, token: Option<&[u8]>) -> AcquireDecision {
+pub fn decide_acquire(current: Option<LockRef<'_>>, token: Option<&[u8]>) -> AcquireDecision {
     match (current, token) {
         (None, _) => AcquireDecision::Grant,
         (Some(lock), Some(t)) if lock.is_held_by(t) => {
@@ -119,7 +117,7 @@ pub fn decide_acquire(current: Option<&Lock>, token: Option<&[u8]>) -> AcquireDe
 }
 
 /// Release and extend both act only for the holder.
-pub fn owned_by(current: Option<&Lock>, token: &[u8]) -> bool {
+pub fn owned_by(current: Option<LockRef<'_>>, token: &[u8]) -> bool {
     current.is_some_and(|lock| lock.is_held_by(token))
 }
 
@@ -135,51 +133,57 @@ mod tests {
 
     #[test]
     fn acquire_rules() {
-        let lock = Lock::new(b"alice", 7);
+        let lock = LockRef::new(b"alice", 7);
         assert_eq!(decide_acquire(None, Some(b"bob")), AcquireDecision::Grant);
         assert_eq!(decide_acquire(None, None), AcquireDecision::Grant);
         assert_eq!(
-            decide_acquire(Some(&lock), Some(b"alice")),
+            decide_acquire(Some(lock), Some(b"alice")),
             AcquireDecision::Regrant { fence: 7 }
         );
         assert_eq!(
-            decide_acquire(Some(&lock), Some(b"bob")),
+            decide_acquire(Some(lock), Some(b"bob")),
             AcquireDecision::Busy
         );
         assert_eq!(
-            decide_acquire(Some(&lock), Some(b"alic")),
+            decide_acquire(Some(lock), Some(b"alic")),
             AcquireDecision::Busy
         );
-        assert_eq!(decide_acquire(Some(&lock), None), AcquireDecision::Busy);
+        assert_eq!(decide_acquire(Some(lock), None), AcquireDecision::Busy);
     }
 
     #[test]
     fn ownership() {
-        let lock = Lock::new(b"\0\xff", 1);
-        assert!(owned_by(Some(&lock), b"\0\xff"));
-        assert!(!owned_by(Some(&lock), b"\0"));
+        let lock = LockRef::new(b"\0\xff", 1);
+        assert!(owned_by(Some(lock), b"\0\xff"));
+        assert!(!owned_by(Some(lock), b"\0"));
         assert!(!owned_by(None, b"\0\xff"));
     }
 
     #[test]
     fn decode_accepts_only_what_could_be_written() {
-        let ok = Lock::decode(ENCODING_VERSION, 0, 5, b"tok").unwrap();
+        let ok = LockRef::decode(ENCODING_VERSION, 0, 5, b"tok").unwrap();
         assert_eq!(
             (ok.fence(), ok.token(), ok.mode()),
             (5, &b"tok"[..], Mode::Exclusive)
         );
         assert_eq!(
-            Lock::decode(2, 0, 5, b"t"),
+            LockRef::decode(2, 0, 5, b"t"),
             Err(DecodeError::UnknownVersion)
         );
-        assert_eq!(Lock::decode(1, 9, 5, b"t"), Err(DecodeError::UnknownMode));
-        assert_eq!(Lock::decode(1, 0, 0, b"t"), Err(DecodeError::BadFence));
         assert_eq!(
-            Lock::decode(1, 0, u64::MAX, b"t"),
+            LockRef::decode(1, 9, 5, b"t"),
+            Err(DecodeError::UnknownMode)
+        );
+        assert_eq!(LockRef::decode(1, 0, 0, b"t"), Err(DecodeError::BadFence));
+        assert_eq!(
+            LockRef::decode(1, 0, u64::MAX, b"t"),
             Err(DecodeError::BadFence)
         );
-        assert_eq!(Lock::decode(1, 0, 5, b""), Err(DecodeError::BadToken));
-        assert_eq!(Lock::decode(1, 0, 5, &[1; 513]), Err(DecodeError::BadToken));
+        assert_eq!(LockRef::decode(1, 0, 5, b""), Err(DecodeError::BadToken));
+        assert_eq!(
+            LockRef::decode(1, 0, 5, &[1; 513]),
+            Err(DecodeError::BadToken)
+        );
     }
 
     #[test]

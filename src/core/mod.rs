@@ -6,5 +6,6 @@ pub mod args;
 pub mod errors;
 pub mod fence;
 pub mod lock;
+pub mod record;
 pub mod token;
 pub mod waiters;

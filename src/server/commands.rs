@@ -11,7 +11,7 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::core::args;
 use crate::core::errors::LockError;
-use crate::core::lock::{self, AcquireDecision, Lock};
+use crate::core::lock::{self, AcquireDecision, LockRef};
 use crate::core::token::{self, TokenArg};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
@@ -44,7 +44,7 @@ pub fn epoch(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
 }
 
 /// The lock on an open key, or WRONGTYPE if it holds something else.
-fn current(key: &LockKey) -> Result<Option<&Lock>, LockError> {
+fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
     match key.kind() {
         KeyKind::Empty => Ok(None),
         KeyKind::Lock => Ok(key.lock()),
@@ -99,7 +99,7 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
                 lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
             let fence = state::with_clock(|c| c.next_fence(ffi::now_ms()))
                 .ok_or(LockError::FenceExhausted)?;
-            key.set_lock(Lock::new(token, fence));
+            key.set_lock(LockRef::new(token, fence));
             key.set_expire_at(expire_at);
             ffi::replicate_grant(ctx, name, token, fence, expire_at);
             fence
@@ -165,7 +165,7 @@ fn apply_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     let req = args::parse_apply(argv)?;
     let mut key = LockKey::open(ctx, &argv[1], true);
     current(&key)?;
-    key.set_lock(Lock::new(req.token, req.fence));
+    key.set_lock(LockRef::new(req.token, req.fence));
     if let Some(at) = req.expire_at_ms {
         key.set_expire_at(at);
     }

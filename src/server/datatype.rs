@@ -7,7 +7,8 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::core::fence::FenceClock;
-use crate::core::lock::{Lock, ENCODING_VERSION};
+use crate::core::lock::{LockRef, ENCODING_VERSION};
+use crate::core::record::Record;
 use crate::server::{ffi, guard, state};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -40,10 +41,10 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
 const CLOCK_ENCODING_VERSION: c_int = 1;
 
 /// # Safety
-/// `value` must be a pointer Redis got from this type, i.e. a boxed `Lock`.
-unsafe fn lock_ref<'a>(value: *const c_void) -> &'a Lock {
+/// `value` must be a pointer Redis got from this type, i.e. a `Record`.
+unsafe fn lock_ref<'a>(value: *const c_void) -> LockRef<'a> {
     // SAFETY: guaranteed by the caller.
-    unsafe { &*value.cast::<Lock>() }
+    unsafe { Record::borrow_raw(value) }
 }
 
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
@@ -62,13 +63,14 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             let mode = raw::load_unsigned(rdb).ok()?;
             let fence = raw::load_unsigned(rdb).ok()?;
             let token = raw::load_string_buffer(rdb).ok()?;
-            Lock::decode(encver, mode, fence, token.as_ref()).ok()
+            let lock = LockRef::decode(encver, mode, fence, token.as_ref()).ok()?;
+            Some(Record::new(lock))
         })();
         match fields {
-            Some(lock) => {
+            Some(record) => {
                 // A restored or loaded lock raises the floor for new fences.
-                state::with_clock(|c| c.observe(lock.fence()));
-                Box::into_raw(Box::new(lock)).cast::<c_void>()
+                state::with_clock(|c| c.observe(record.view().fence()));
+                record.into_raw()
             }
             None => std::ptr::null_mut(),
         }
@@ -88,7 +90,7 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    guard::callback(0, || unsafe { lock_ref(value) }.memory_usage())
+    guard::callback(0, || Record::size_of(unsafe { lock_ref(value) }))
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
@@ -97,9 +99,9 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    // SAFETY: Redis hands back ownership of a box it got from `set_lock`,
-    // `rdb_load` or `copy`.
-    guard::callback((), || drop(unsafe { Box::from_raw(value.cast::<Lock>()) }))
+    // SAFETY: Redis hands back ownership of a record it got from
+    // `set_lock`, `rdb_load` or `copy`.
+    guard::callback((), || drop(unsafe { Record::from_raw(value) }))
 }
 
 unsafe extern "C" fn copy(
@@ -109,8 +111,7 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
-        let lock = unsafe { lock_ref(value) }.clone();
-        Box::into_raw(Box::new(lock)).cast::<c_void>()
+        Record::new(unsafe { lock_ref(value) }).into_raw()
     })
 }
 

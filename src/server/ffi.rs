@@ -7,7 +7,8 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::core::lock::Lock;
+use crate::core::lock::LockRef;
+use crate::core::record::Record;
 use crate::server::datatype::LOCK_TYPE;
 
 /// `REDISMODULE_NO_EXPIRE`: what the expiry getters answer for a key without one.
@@ -64,35 +65,33 @@ impl LockKey {
     }
 
     /// The lock stored here, if the key holds one.
-    pub fn lock(&self) -> Option<&Lock> {
+    pub fn lock(&self) -> Option<LockRef<'_>> {
         if self.kind() != KeyKind::Lock {
             return None;
         }
-        // SAFETY: the key holds a value of our type, which is always a boxed
-        // `Lock`; the borrow cannot outlive the open key.
-        unsafe {
-            raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw())
-                .cast::<Lock>()
-                .as_ref()
-        }
+        // SAFETY: the key holds a value of our type, which is always a
+        // `Record`; the view cannot outlive the open key.
+        Some(unsafe {
+            Record::borrow_raw(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw()))
+        })
     }
 
-    /// Stores `lock`, replacing whatever the key held. The key must be open
+    /// Stores a lock, replacing whatever the key held. The key must be open
     /// for writing and hold nothing or a lock.
-    pub fn set_lock(&mut self, lock: Lock) -> bool {
+    pub fn set_lock(&mut self, lock: LockRef<'_>) -> bool {
         let key = self.raw();
         if key.is_null() {
             return false;
         }
-        let value = Box::into_raw(Box::new(lock)).cast::<c_void>();
+        let value = Record::new(lock).into_raw();
         // SAFETY: the key is open for writing; Redis takes ownership of the
-        // box and hands it back to `datatype::free`.
+        // record and hands it back to `datatype::free`.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.unwrap()(key, *LOCK_TYPE.raw_type.borrow(), value)
         };
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: Redis refused the value, so it is still ours to free.
-            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+            drop(unsafe { Record::from_raw(value) });
             return false;
         }
         true
@@ -211,7 +210,11 @@ pub fn replicate_delete(ctx: &Context, key: &RedisString) {
 }
 
 /// Writes a lock to a rewritten AOF; Redis appends the key's `PEXPIREAT`.
-pub fn emit_aof_grant(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, lock: &Lock) {
+pub fn emit_aof_grant(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    lock: LockRef<'_>,
+) {
     let token = lock.token();
     // SAFETY: `aof` and `key` come from Redis's rewrite callback; the format
     // "sbl" matches a Redis string, a buffer with its length and a long long.
@@ -229,7 +232,7 @@ pub fn emit_aof_grant(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleSt
 }
 
 /// Feeds one record into `DEBUG DIGEST-VALUE`.
-pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: &Lock) {
+pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: LockRef<'_>) {
     let token = lock.token();
     // SAFETY: `md` comes from Redis's digest callback; the buffer is valid
     // for its length.

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::core::lock::{self, Lock};
+use crate::core::lock::{self, LockRef};
 use crate::core::waiters::{Stage, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
 use crate::server::{guard, reply, state};
@@ -159,7 +159,7 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     let Some(fence) = state::with_clock(|c| c.next_fence(ffi::now_ms())) else {
         return;
     };
-    key.set_lock(Lock::new(&token, fence));
+    key.set_lock(LockRef::new(&token, fence));
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_grant(ctx, name, &token, fence, expire_at);
