@@ -22,6 +22,8 @@ pub enum LockError {
     MissingValue(&'static str),
     /// A TTL that is not a positive integer, or overflows once in milliseconds.
     InvalidTtl,
+    /// A TTL above the `redislock.max-ttl` setting (milliseconds).
+    TtlAboveLimit(u64),
     /// A `BLOCK` timeout that is not a non-negative integer.
     InvalidBlock,
     /// A fence epoch that is not a non-negative integer (internal command).
@@ -49,6 +51,7 @@ impl fmt::Display for LockError {
             DoubleTtl => f.write_str("ERR syntax error: EX and PX are mutually exclusive"),
             MissingValue(opt) => write!(f, "ERR syntax error: option {opt} needs a value"),
             InvalidTtl => f.write_str("ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds"),
+            TtlAboveLimit(max) => write!(f, "ERR TTL exceeds redislock.max-ttl ({max} ms)"),
             InvalidBlock => f.write_str("ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds"),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
@@ -76,6 +79,7 @@ mod tests {
             LockError::DoubleTtl,
             LockError::MissingValue("PX"),
             LockError::InvalidTtl,
+            LockError::TtlAboveLimit(10),
             LockError::InvalidBlock,
             LockError::InvalidEpoch,
             LockError::InvalidToken,

@@ -5,6 +5,7 @@
 pub mod args;
 pub mod errors;
 pub mod fence;
+pub mod limits;
 pub mod lock;
 pub mod record;
 pub mod token;

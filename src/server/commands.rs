@@ -11,11 +11,12 @@ use redis_module::{Context, RedisResult, RedisString, RedisValue};
 
 use crate::core::args;
 use crate::core::errors::LockError;
+use crate::core::limits;
 use crate::core::lock::{self, AcquireDecision, LockRef};
 use crate::core::token::{self, TokenArg};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
-use crate::server::{guard, state, waiting};
+use crate::server::{config, guard, state, stats, waiting};
 
 type Reply = Result<RedisValue, LockError>;
 
@@ -54,6 +55,7 @@ fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
 
 fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     let req = args::parse_acquire(argv)?;
+    let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     let name = &argv[1];
     let mut key = LockKey::open(ctx, name, true);
     let generated;
@@ -79,10 +81,14 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
                 Some(timeout) if ffi::may_block(ctx) => {
                     let expire_at = key.expire_at();
                     drop(key);
-                    waiting::block(ctx, name, token, req.ttl_ms, timeout, expire_at);
+                    let timeout = limits::block_timeout(timeout, config::max_block_ms());
+                    waiting::block(ctx, name, token, ttl_ms, timeout, expire_at);
                     RedisValue::NoReply
                 }
-                _ => RedisValue::Null,
+                _ => {
+                    stats::REFUSED.bump();
+                    RedisValue::Null
+                }
             });
         }
         AcquireDecision::Regrant { fence } => {
@@ -92,6 +98,8 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             drop(key);
             ffi::replicate_expire_at(ctx, name, expire_at);
             waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
+            ffi::notify(ctx, "lock.extended", name);
+            stats::REGRANTS.bump();
             fence
         }
         AcquireDecision::Grant => {
@@ -101,7 +109,10 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
                 .ok_or(LockError::FenceExhausted)?;
             key.set_lock(LockRef::new(token, fence));
             key.set_expire_at(expire_at);
+            drop(key);
             ffi::replicate_grant(ctx, name, token, fence, expire_at);
+            ffi::notify(ctx, "lock.acquired", name);
+            stats::GRANTS.bump();
             fence
         }
     };
@@ -113,27 +124,34 @@ fn release_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     let name = &argv[1];
     let mut key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
+        stats::RELEASES_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
     key.delete();
     drop(key);
     ffi::replicate_delete(ctx, name);
+    ffi::notify(ctx, "lock.released", name);
+    stats::RELEASES.bump();
     waiting::serve(ctx, name);
     Ok(RedisValue::Integer(1))
 }
 
 fn extend_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     let req = args::parse_extend(argv)?;
+    let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     let name = &argv[1];
     let mut key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
+        stats::EXTENDS_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    let expire_at = lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
+    let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_expire_at(ctx, name, expire_at);
     waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
+    ffi::notify(ctx, "lock.extended", name);
+    stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }
 

@@ -9,7 +9,7 @@ use redis_module::raw;
 use crate::core::fence::FenceClock;
 use crate::core::lock::{LockRef, ENCODING_VERSION};
 use crate::core::record::Record;
-use crate::server::{ffi, guard, state};
+use crate::server::{ffi, guard, state, stats};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -27,7 +27,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
-        unlink: None,
+        unlink: Some(stats::on_unlink),
         copy: Some(copy),
         defrag: None,
         copy2: None,
@@ -70,6 +70,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             Some(record) => {
                 // A restored or loaded lock raises the floor for new fences.
                 state::with_clock(|c| c.observe(record.view().fence()));
+                stats::record_created();
                 record.into_raw()
             }
             None => std::ptr::null_mut(),
@@ -101,7 +102,10 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: Redis hands back ownership of a record it got from
     // `set_lock`, `rdb_load` or `copy`.
-    guard::callback((), || drop(unsafe { Record::from_raw(value) }))
+    guard::callback((), || {
+        drop(unsafe { Record::from_raw(value) });
+        stats::record_freed();
+    })
 }
 
 unsafe extern "C" fn copy(
@@ -111,7 +115,9 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
-        Record::new(unsafe { lock_ref(value) }).into_raw()
+        let copied = Record::new(unsafe { lock_ref(value) }).into_raw();
+        stats::record_created();
+        copied
     })
 }
 

@@ -10,6 +10,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::lock::LockRef;
 use crate::core::record::Record;
 use crate::server::datatype::LOCK_TYPE;
+use crate::server::stats;
 
 /// `REDISMODULE_NO_EXPIRE`: what the expiry getters answer for a key without one.
 const NO_EXPIRE: i64 = -1;
@@ -94,6 +95,7 @@ impl LockKey {
             drop(unsafe { Record::from_raw(value) });
             return false;
         }
+        stats::record_created();
         true
     }
 
@@ -101,6 +103,8 @@ impl LockKey {
         if !self.raw().is_null() {
             // SAFETY: the key is open for writing.
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.raw()) };
+            // A deletion through the module API raises no key event.
+            stats::forget_unlink();
         }
     }
 
@@ -343,4 +347,10 @@ pub fn blocked_handle(ctx: &Context) -> BlockedHandle {
 pub fn flushed_db(data: *mut c_void) -> i32 {
     // SAFETY: Redis passes a `RedisModuleFlushInfo` with the FLUSHDB event.
     unsafe { (*data.cast::<raw::RedisModuleFlushInfoV1>()).dbnum }
+}
+
+/// Raises a keyspace notification of the module class (`d` in
+/// `notify-keyspace-events`) for a lock event such as `lock.acquired`.
+pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
+    ctx.notify_keyspace_event(redis_module::NotifyEvent::MODULE, event, key);
 }

@@ -2,23 +2,34 @@
 //! server events, and the small unsafe wrappers they share.
 
 mod commands;
+mod config;
 mod datatype;
 mod events;
 mod ffi;
 mod guard;
 mod reply;
 mod state;
+mod stats;
 mod waiting;
 
-use redis_module::{redis_module, Context, RedisString, Status};
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use datatype::LOCK_TYPE;
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // `loadmodule <path> max-ttl 60000 …`: the same settings as redis.conf's
+    // `redislock.max-ttl`, applied after it.
+    if let Err(e) = config::apply_module_args(args) {
+        ctx.log_warning(&e);
+        return Status::Err;
+    }
     if !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to server events");
         return Status::Err;
     }
+    // Replaces the crate's default INFO handler with the module's section.
+    raw::register_info_function(ctx.ctx, Some(stats::info));
     Status::Ok
 }
 
@@ -39,4 +50,14 @@ redis_module! {
     event_handlers: [
         [@GENERIC @EXPIRED @EVICTED: waiting::on_key_event],
     ],
+    configurations: [
+        i64: [
+            ["max-ttl", &config::MAX_TTL, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+            ["max-block", &config::MAX_BLOCK, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: false,
+    ]
 }

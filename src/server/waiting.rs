@@ -23,7 +23,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::lock::{self, LockRef};
 use crate::core::waiters::{Stage, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
-use crate::server::{guard, reply, state};
+use crate::server::{guard, reply, state, stats};
 
 /// A lock by database and key name.
 pub type LockId = (i32, Vec<u8>);
@@ -63,6 +63,11 @@ pub fn count(ctx: &Context, name: &[u8]) -> usize {
     })
 }
 
+/// Total number of waiting clients.
+pub fn total() -> usize {
+    with(|r| r.waiters.total())
+}
+
 /// Blocks the calling client until it is granted `name` or `timeout_ms`
 /// passes (0: no limit). `expire_at` is the current holder's expiry.
 ///
@@ -95,6 +100,7 @@ pub fn block(
         );
         seq
     });
+    stats::WAITS.bump();
     if let Some(at) = expire_at {
         arm_expiry(ctx, &id, at);
     }
@@ -122,6 +128,7 @@ fn on_deadline(_ctx: &Context, (handle, seq): (BlockedHandle, u64)) {
             waiting
         });
         if timed_out {
+            stats::WAIT_TIMEOUTS.bump();
             ffi::unblock_client(handle);
         }
     })
@@ -163,6 +170,8 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_grant(ctx, name, &token, fence, expire_at);
+    ffi::notify(ctx, "lock.handoff", name);
+    stats::HANDOFFS.bump();
     let more = with(|r| {
         r.waiters.grant(handle, fence);
         r.waiters.count(&id) > 0
@@ -230,6 +239,7 @@ fn serve_soon(ctx: &Context, id: LockId) {
 /// another path), expiry, eviction, and the source side of RENAME and MOVE.
 pub fn on_key_event(ctx: &Context, _kind: redis_module::NotifyEvent, event: &str, key: &[u8]) {
     guard::callback((), || {
+        stats::note_key_event(event, key);
         if with(|r| r.waiters.is_empty()) {
             return;
         }
@@ -300,6 +310,7 @@ unsafe extern "C" fn on_unblock(
                     reply::grant(&ctx, &w.request.token, fence);
                 }
                 Stage::Waiting => {
+                    stats::WAIT_TIMEOUTS.bump();
                     raw::reply_with_null(ctx.ctx);
                     ffi::unblock_client(handle);
                 }
@@ -354,6 +365,7 @@ fn revoke_undelivered(ctx: &Context, (id, token, fence): (LockId, Vec<u8>, u64))
         key.delete();
         drop(key);
         ffi::replicate_delete(ctx, &name);
+        ffi::notify(ctx, "lock.released", &name);
         serve(ctx, &name);
     }
 }

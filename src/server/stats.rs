@@ -1,0 +1,114 @@
+//! Counters for `INFO redislock`: plain atomics bumped where things happen,
+//! so INFO costs nothing but reading them.
+
+use std::cell::Cell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use redis_module::{raw, RedisString};
+
+use crate::server::{guard, waiting};
+
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// New grants made by `LOCK.ACQUIRE` itself.
+pub static GRANTS: Counter = Counter::new();
+/// Acquires by the holder's own token (expiry reset, same fence).
+pub static REGRANTS: Counter = Counter::new();
+/// Acquires answered nil at once because another token held the lock.
+pub static REFUSED: Counter = Counter::new();
+pub static RELEASES: Counter = Counter::new();
+pub static RELEASES_NOT_OWNER: Counter = Counter::new();
+pub static EXTENDS: Counter = Counter::new();
+pub static EXTENDS_NOT_OWNER: Counter = Counter::new();
+/// Acquires that started waiting (`BLOCK`).
+pub static WAITS: Counter = Counter::new();
+/// Grants made to a waiting client.
+pub static HANDOFFS: Counter = Counter::new();
+/// Waits that ended without the lock (timeout or `CLIENT UNBLOCK`).
+pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Locks removed by Redis because their TTL passed.
+pub static EXPIRED: Counter = Counter::new();
+
+/// Lock records in memory (created minus freed; freeing may happen on a
+/// lazy-free thread, hence atomic).
+static LOCKS: AtomicI64 = AtomicI64::new(0);
+
+pub fn record_created() {
+    LOCKS.fetch_add(1, Relaxed);
+}
+
+pub fn record_freed() {
+    LOCKS.fetch_sub(1, Relaxed);
+}
+
+thread_local! {
+    /// The key a lock was last unlinked under, by the address of its name:
+    /// Redis unlinks an expiring key and then raises `expired` for the same
+    /// name object, which is how an expiry is told to be a lock's.
+    static UNLINKED: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The data type's unlink callback: a lock is leaving the keyspace.
+pub unsafe extern "C" fn on_unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+    guard::callback((), || {
+        UNLINKED.with(|u| u.set(RedisString::string_as_slice(key).as_ptr() as usize));
+    })
+}
+
+/// Called for every key event we see; counts the expiry if the key that
+/// just expired was the lock unlinked a moment ago.
+pub fn note_key_event(event: &str, key: &[u8]) {
+    let unlinked = UNLINKED.with(|u| u.replace(0));
+    if unlinked != 0 && event == "expired" && unlinked == key.as_ptr() as usize {
+        EXPIRED.bump();
+    }
+}
+
+/// Forgets an unlink that raises no event (the module's own deletions).
+pub fn forget_unlink() {
+    UNLINKED.with(|u| u.set(0));
+}
+
+/// `INFO redislock`.
+pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
+    guard::callback((), || {
+        raw::add_info_section(ctx, None);
+        let int = |name: &str, value: i64| {
+            raw::add_info_field_long_long(ctx, name, value);
+        };
+        int("locks", LOCKS.load(Relaxed).max(0));
+        if for_crash_report == 0 {
+            int("waiters", waiting::total() as i64);
+        }
+        for (name, counter) in [
+            ("grants", &GRANTS),
+            ("regrants", &REGRANTS),
+            ("refused", &REFUSED),
+            ("releases", &RELEASES),
+            ("releases_not_owner", &RELEASES_NOT_OWNER),
+            ("extends", &EXTENDS),
+            ("extends_not_owner", &EXTENDS_NOT_OWNER),
+            ("waits", &WAITS),
+            ("handoffs", &HANDOFFS),
+            ("wait_timeouts", &WAIT_TIMEOUTS),
+            ("expired", &EXPIRED),
+        ] {
+            int(name, counter.get() as i64);
+        }
+    })
+}
