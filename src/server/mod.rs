@@ -1,6 +1,7 @@
 //! The Redis side of the module: registration, commands, the data type,
 //! server events, and the small unsafe wrappers they share.
 
+mod command_docs;
 mod commands;
 mod config;
 mod datatype;
@@ -26,6 +27,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     if !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to server events");
+        return Status::Err;
+    }
+    if !command_docs::register(ctx) {
+        ctx.log_warning("could not register command docs");
         return Status::Err;
     }
     // Replaces the crate's default INFO handler with the module's section.

@@ -1,0 +1,213 @@
+//! What `COMMAND DOCS` and `COMMAND INFO` show for each command (summary,
+//! complexity, arity, key spec, arguments), so `redis-cli` can give argument
+//! hints. Registered with `RedisModule_SetCommandInfo`, which Redis copies.
+
+use std::ffi::{c_int, CStr};
+use std::mem::size_of;
+use std::ptr;
+
+use redis_module::{raw, Context};
+
+/// One argument of a command's grammar.
+struct Arg {
+    name: &'static CStr,
+    kind: raw::RedisModuleCommandArgType,
+    token: Option<&'static CStr>,
+    optional: bool,
+    summary: Option<&'static CStr>,
+    sub: &'static [Arg],
+}
+
+/// One command's documentation.
+struct Doc {
+    name: &'static CStr,
+    summary: &'static CStr,
+    arity: c_int,
+    key_flags: u32,
+    args: &'static [Arg],
+}
+
+const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
+    Arg {
+        name,
+        kind,
+        token: None,
+        optional: false,
+        summary: None,
+        sub: &[],
+    }
+}
+
+const KEY: Arg = arg(
+    c"key",
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY,
+);
+const TOKEN: Arg = Arg {
+    summary: Some(c"owner token, 1 to 512 bytes; * on acquire lets the server generate one"),
+    ..arg(
+        c"token",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    )
+};
+const INTEGER: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const EXPIRATION: Arg = Arg {
+    sub: &[
+        Arg {
+            token: Some(c"EX"),
+            ..arg(c"seconds", INTEGER)
+        },
+        Arg {
+            token: Some(c"PX"),
+            ..arg(c"milliseconds", INTEGER)
+        },
+    ],
+    ..arg(
+        c"expiration",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+    )
+};
+
+const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
+const DOCS: [Doc; 4] = [
+    Doc {
+        name: c"lock.acquire",
+        summary: c"Acquires a lock, or waits for it in the server; returns the owner token and a fencing token",
+        arity: -5,
+        key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+        args: &[
+            KEY,
+            TOKEN,
+            EXPIRATION,
+            Arg {
+                token: Some(c"BLOCK"),
+                optional: true,
+                summary: Some(c"wait up to this many milliseconds (0: no limit) for the lock"),
+                ..arg(c"timeout", INTEGER)
+            },
+        ],
+    },
+    Doc {
+        name: c"lock.release",
+        summary: c"Releases a lock if the token holds it, handing it to the first waiter",
+        arity: 3,
+        key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+        args: &[KEY, TOKEN],
+    },
+    Doc {
+        name: c"lock.extend",
+        summary: c"Sets a held lock's remaining time if the token holds it",
+        arity: 5,
+        key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+        args: &[KEY, TOKEN, EXPIRATION],
+    },
+    Doc {
+        name: c"lock.info",
+        summary: c"Shows a lock's owner token, fence, remaining time and number of waiters",
+        arity: 2,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        args: &[KEY],
+    },
+];
+
+static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
+    version: 1,
+    sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
+    sizeof_keyspec: size_of::<raw::RedisModuleCommandKeySpec>(),
+    sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
+};
+
+/// Sets the docs of every user command; false if Redis refused any. On a
+/// server without the API (before 7.0) there is nothing to do.
+pub fn register(ctx: &Context) -> bool {
+    // SAFETY: reading function pointers Redis filled in at module load.
+    let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
+        raw::RedisModule_SetCommandInfo
+    }) else {
+        return true;
+    };
+    DOCS.iter().all(|doc| {
+        let mut arena = Vec::new();
+        let args = raw_args(doc.args, &mut arena);
+        let mut key_specs = [key_spec(doc.key_flags), zeroed_key_spec()];
+        let info = raw::RedisModuleCommandInfo {
+            version: &VERSION,
+            summary: doc.summary.as_ptr(),
+            complexity: c"O(1)".as_ptr(),
+            since: c"1.0.0".as_ptr(),
+            history: ptr::null_mut(),
+            tips: ptr::null(),
+            arity: doc.arity,
+            key_specs: key_specs.as_mut_ptr(),
+            args,
+        };
+        // SAFETY: `ctx` is the load context; every pointer in `info` stays
+        // valid for the call (static strings, `key_specs` and `arena`), and
+        // Redis copies what it keeps.
+        unsafe {
+            let command = get_command(ctx.ctx, doc.name.as_ptr());
+            !command.is_null() && set_info(command, &info) == raw::REDISMODULE_OK as c_int
+        }
+    })
+}
+
+/// Lays out `args` as Redis wants them: arrays ended by a zeroed entry. The
+/// arrays live in `arena` until the info has been copied.
+fn raw_args(
+    args: &[Arg],
+    arena: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut level: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|a| raw::RedisModuleCommandArg {
+            name: a.name.as_ptr(),
+            type_: a.kind,
+            key_spec_index: if a.kind == raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY {
+                0
+            } else {
+                -1
+            },
+            token: a.token.map_or(ptr::null(), CStr::as_ptr),
+            summary: a.summary.map_or(ptr::null(), CStr::as_ptr),
+            since: ptr::null(),
+            flags: if a.optional {
+                raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
+            } else {
+                0
+            },
+            deprecated_since: ptr::null(),
+            subargs: if a.sub.is_empty() {
+                ptr::null_mut()
+            } else {
+                raw_args(a.sub, arena)
+            },
+            display_text: ptr::null(),
+        })
+        .collect();
+    // SAFETY: the struct is pointers and integers, for which zero is valid;
+    // a zeroed entry ends the array.
+    level.push(unsafe { std::mem::zeroed() });
+    let ptr = level.as_mut_ptr();
+    // Moving the Vec into the arena keeps its buffer where it is.
+    arena.push(level);
+    ptr
+}
+
+/// The one key, at argument 1.
+fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+    let mut spec = zeroed_key_spec();
+    spec.flags = flags as u64;
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = 1;
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+    spec.fk.range.lastkey = 0;
+    spec.fk.range.keystep = 1;
+    spec.fk.range.limit = 0;
+    spec
+}
+
+fn zeroed_key_spec() -> raw::RedisModuleCommandKeySpec {
+    // SAFETY: pointers, integers and unions of integers: zero is valid, and
+    // a zeroed spec ends the array.
+    unsafe { std::mem::zeroed() }
+}
