@@ -354,3 +354,25 @@ pub fn flushed_db(data: *mut c_void) -> i32 {
 pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
     ctx.notify_keyspace_event(redis_module::NotifyEvent::MODULE, event, key);
 }
+
+/// Signature of a keyspace-event callback.
+pub type KeyEventCallback = unsafe extern "C" fn(
+    *mut raw::RedisModuleCtx,
+    c_int,
+    *const c_char,
+    *mut raw::RedisModuleString,
+) -> c_int;
+
+/// Subscribes to key events of the given classes; false if Redis refused.
+pub fn subscribe_key_events(
+    ctx: &Context,
+    classes: redis_module::NotifyEvent,
+    callback: KeyEventCallback,
+) -> bool {
+    // SAFETY: `ctx` is the module's load context; the callback has the
+    // signature Redis calls.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(ctx.ctx, classes.bits(), Some(callback))
+    };
+    status == raw::REDISMODULE_OK as c_int
+}

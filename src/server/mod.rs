@@ -20,13 +20,14 @@ use datatype::LOCK_TYPE;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // `loadmodule <path> max-ttl 60000 …`: the same settings as redis.conf's
-    // `redislock.max-ttl`, applied after it.
+    // `redislock.max-ttl`, applied after it. Checked before any subscription:
+    // Redis 7.0 does not remove a failed module's event subscriptions.
     if let Err(e) = config::apply_module_args(args) {
         ctx.log_warning(&e);
         return Status::Err;
     }
-    if !events::subscribe(ctx) {
-        ctx.log_warning("could not subscribe to server events");
+    if !waiting::subscribe(ctx) || !events::subscribe(ctx) {
+        ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }
     if !command_docs::register(ctx) {
@@ -51,9 +52,6 @@ redis_module! {
         ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
         ["lock._apply", commands::apply, "write", 1, 1, 1, ""],
         ["lock._epoch", commands::epoch, "write", 0, 0, 0, ""],
-    ],
-    event_handlers: [
-        [@GENERIC @EXPIRED @EVICTED: waiting::on_key_event],
     ],
     configurations: [
         i64: [

@@ -72,9 +72,9 @@ pub unsafe extern "C" fn on_unlink(key: *mut raw::RedisModuleString, _value: *co
 
 /// Called for every key event we see; counts the expiry if the key that
 /// just expired was the lock unlinked a moment ago.
-pub fn note_key_event(event: &str, key: &[u8]) {
+pub fn note_key_event(event: &[u8], key: &[u8]) {
     let unlinked = UNLINKED.with(|u| u.replace(0));
-    if unlinked != 0 && event == "expired" && unlinked == key.as_ptr() as usize {
+    if unlinked != 0 && event == b"expired" && unlinked == key.as_ptr() as usize {
         EXPIRED.bump();
     }
 }

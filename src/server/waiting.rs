@@ -15,7 +15,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int, CStr};
 use std::time::Duration;
 
 use redis_module::{raw, Context, RedisString};
@@ -235,25 +235,45 @@ fn serve_soon(ctx: &Context, id: LockId) {
     );
 }
 
-/// Key events that can free a lock: deletion (DEL, UNLINK, release through
-/// another path), expiry, eviction, and the source side of RENAME and MOVE.
-pub fn on_key_event(ctx: &Context, _kind: redis_module::NotifyEvent, event: &str, key: &[u8]) {
+/// Subscribes to the key events that can free a lock.
+pub fn subscribe(ctx: &Context) -> bool {
+    use redis_module::NotifyEvent;
+    ffi::subscribe_key_events(
+        ctx,
+        NotifyEvent::GENERIC | NotifyEvent::EXPIRED | NotifyEvent::EVICTED,
+        on_key_event,
+    )
+}
+
+/// Key events that can free a lock: deletion (DEL, UNLINK), expiry,
+/// eviction, and the source side of RENAME and MOVE.
+unsafe extern "C" fn on_key_event(
+    ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
     guard::callback((), || {
+        // SAFETY: Redis passes the event name as a C string.
+        let event = unsafe { CStr::from_ptr(event) }.to_bytes();
+        let key = RedisString::string_as_slice(key);
         stats::note_key_event(event, key);
         if with(|r| r.waiters.is_empty()) {
             return;
         }
         if !matches!(
             event,
-            "del" | "expired" | "evicted" | "rename_from" | "move_from"
+            b"del" | b"expired" | b"evicted" | b"rename_from" | b"move_from"
         ) {
             return;
         }
-        let id: LockId = (ffi::selected_db(ctx), key.to_vec());
+        let ctx = Context::new(ctx);
+        let id: LockId = (ffi::selected_db(&ctx), key.to_vec());
         if with(|r| r.waiters.count(&id) > 0) {
-            serve_soon(ctx, id);
+            serve_soon(&ctx, id);
         }
-    })
+    });
+    raw::REDISMODULE_OK as c_int
 }
 
 /// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in

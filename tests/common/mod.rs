@@ -80,6 +80,7 @@ pub struct ServerBuilder {
     without_module: bool,
     module_in_config_file: bool,
     example_config: bool,
+    module_args: Vec<String>,
     replica_of: Option<u16>,
 }
 
@@ -107,6 +108,12 @@ impl ServerBuilder {
     /// argument) instead of `--loadmodule`.
     pub fn module_in_config_file(mut self) -> Self {
         self.module_in_config_file = true;
+        self
+    }
+
+    /// Arguments after the module path (`--loadmodule <path> <args…>`).
+    pub fn module_args(mut self, args: &[&str]) -> Self {
+        self.module_args = args.iter().map(|a| a.to_string()).collect();
         self
     }
 
@@ -162,6 +169,7 @@ impl ServerBuilder {
             dir,
             args,
             module,
+            module_args: self.module_args,
             config_file,
         };
         server.launch_on_free_port();
@@ -178,6 +186,7 @@ pub struct Server {
     dir: PathBuf,
     args: Vec<String>,
     module: Option<PathBuf>,
+    module_args: Vec<String>,
     config_file: Option<PathBuf>,
 }
 
@@ -357,7 +366,7 @@ impl Server {
             .arg("--dir")
             .arg(&self.dir);
         if let Some(module) = &self.module {
-            cmd.arg("--loadmodule").arg(module);
+            cmd.arg("--loadmodule").arg(module).args(&self.module_args);
         }
         cmd.args(["--save", ""])
             .args(["--appendonly", "no"])

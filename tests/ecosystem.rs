@@ -1,0 +1,259 @@
+//! How the module fits Redis: settings, `INFO redislock`, keyspace notifications and command docs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use redis::{Connection, Value};
+
+fn info_fields(con: &mut Connection) -> String {
+    String::from_utf8(as_bytes(&ok(con, &rcmd!("INFO", "redislock")))).unwrap()
+}
+
+#[track_caller]
+fn stat(text: &str, name: &str) -> i64 {
+    field(text, &format!("redislock_{name}"))
+        .unwrap_or_else(|| panic!("INFO redislock lacks {name}:\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+fn config_get(con: &mut Connection, name: &str) -> String {
+    match ok(con, &rcmd!("CONFIG", "GET", name)) {
+        Value::Array(items) if items.len() == 2 => lossy(&as_bytes(&items[1])),
+        Value::Map(pairs) if pairs.len() == 1 => lossy(&as_bytes(&pairs[0].1)),
+        other => panic!("CONFIG GET {name}: {other:?}"),
+    }
+}
+
+#[test]
+fn settings_from_module_arguments_config_file_and_config_set() {
+    // Module arguments.
+    let s = Server::builder()
+        .module_args(&["max-ttl", "5000", "max-block", "300"])
+        .start();
+    let mut c = s.conn();
+    assert_eq!(config_get(&mut c, "redislock.max-ttl"), "5000");
+    assert_eq!(config_get(&mut c, "redislock.max-block"), "300");
+    let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 5001));
+    assert!(e.starts_with("ERR ") && e.contains("max-ttl"), "{e}");
+    assert!(!exists(&mut c, "k"));
+    grant(&mut c, "k", b"t", 5000);
+    let e = err(&mut c, &rcmd!("LOCK.EXTEND", "k", "t", "EX", 6));
+    assert!(e.contains("max-ttl"), "{e}");
+    assert_eq!(extend_px(&mut c, "k", b"t", 4000), 1);
+    // BLOCK 0 waits only as long as max-block allows.
+    let started = std::time::Instant::now();
+    let v = ok(
+        &mut c,
+        &rcmd!("LOCK.ACQUIRE", "k", "other", "PX", 100, "BLOCK", 0),
+    );
+    assert_eq!(v, Value::Nil);
+    assert!(
+        started.elapsed() >= Duration::from_millis(290),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // CONFIG SET at run time, with range checks.
+    ok(&mut c, &rcmd!("CONFIG", "SET", "redislock.max-ttl", "0"));
+    grant(&mut c, "long", b"t", 86_400_000);
+    let e = err(&mut c, &rcmd!("CONFIG", "SET", "redislock.max-ttl", "-1"));
+    assert!(e.starts_with("ERR"), "{e}");
+    let e = err(
+        &mut c,
+        &rcmd!("CONFIG", "SET", "redislock.max-block", "soon"),
+    );
+    assert!(e.starts_with("ERR"), "{e}");
+    assert_eq!(config_get(&mut c, "redislock.max-ttl"), "0");
+}
+
+#[test]
+fn settings_from_redis_conf_lines() {
+    let s = Server::builder().set("redislock.max-ttl", "1000").start();
+    let mut c = s.conn();
+    assert_eq!(config_get(&mut c, "redislock.max-ttl"), "1000");
+    assert!(err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 2)).contains("max-ttl"));
+}
+
+#[test]
+fn a_bad_module_argument_refuses_to_load() {
+    let s = Server::builder()
+        .without_module()
+        .set("enable-module-command", "yes")
+        .start();
+    let mut c = s.conn();
+    let path = module_path();
+    let e = err(
+        &mut c,
+        &rcmd!("MODULE", "LOAD", path.to_str().unwrap(), "max-ttl"),
+    );
+    assert!(e.starts_with("ERR"), "{e}");
+    let e = err(
+        &mut c,
+        &rcmd!("MODULE", "LOAD", path.to_str().unwrap(), "colour", "blue"),
+    );
+    assert!(e.starts_with("ERR"), "{e}");
+    assert!(s.log().contains("unknown module argument 'colour'"));
+    // A failed load leaves nothing behind that key events or flushes could call into.
+    ok(&mut c, &rcmd!("SET", "x", "1", "PX", "1"));
+    ok(&mut c, &rcmd!("DEL", "x"));
+    ok(&mut c, &rcmd!("FLUSHALL"));
+    ping(&mut c);
+    ok(
+        &mut c,
+        &rcmd!("MODULE", "LOAD", path.to_str().unwrap(), "max-block", "100"),
+    );
+    assert_eq!(config_get(&mut c, "redislock.max-block"), "100");
+    grant(&mut c, "k", b"t", 1000);
+}
+
+#[test]
+fn info_section_counts_what_happened() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let before = info_fields(&mut c);
+    assert_eq!(stat(&before, "locks"), 0);
+    assert_eq!(stat(&before, "waiters"), 0);
+    grant(&mut c, "a", b"t", 60_000);
+    grant(&mut c, "a", b"t", 60_000);
+    assert!(acquire(&mut c, "a", b"u", 60_000).is_none());
+    assert_eq!(extend_px(&mut c, "a", b"t", 60_000), 1);
+    assert_eq!(extend_px(&mut c, "a", b"u", 60_000), 0);
+    assert_eq!(release(&mut c, "a", b"u"), 0);
+    grant(&mut c, "b", b"t", 100);
+    let mid = info_fields(&mut c);
+    assert_eq!(stat(&mid, "locks"), 2);
+    assert_eq!(release(&mut c, "a", b"t"), 1);
+    // A wait that times out, and the expiry of b noticed by active expiry.
+    grant(&mut c, "c", b"t", 60_000);
+    assert_eq!(
+        ok(
+            &mut c,
+            &rcmd!("LOCK.ACQUIRE", "c", "w", "PX", 10, "BLOCK", 50)
+        ),
+        Value::Nil
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while exists(&mut c, "b") || stat(&info_fields(&mut c), "expired") == 0 {
+        assert!(std::time::Instant::now() < deadline, "b never expired");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = info_fields(&mut c);
+    for (name, want) in [
+        ("grants", 3),
+        ("regrants", 1),
+        ("refused", 1),
+        ("releases", 1),
+        ("releases_not_owner", 1),
+        ("extends", 1),
+        ("extends_not_owner", 1),
+        ("waits", 1),
+        ("wait_timeouts", 1),
+        ("handoffs", 0),
+        ("expired", 1),
+        ("locks", 1),
+    ] {
+        assert_eq!(stat(&after, name), want, "{name}:\n{after}");
+    }
+    // INFO everything includes the section.
+    let all = String::from_utf8(as_bytes(&ok(&mut c, &rcmd!("INFO", "everything")))).unwrap();
+    assert!(all.contains("# redislock"), "{all}");
+}
+
+#[test]
+fn lock_events_reach_keyspace_subscribers() {
+    let s = Server::builder()
+        .set("notify-keyspace-events", "Kd")
+        .start();
+    let mut sub = s.conn();
+    let mut c = s.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("__keyspace@0__:ev").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    grant(&mut c, "ev", b"t", 60_000);
+    assert_eq!(extend_px(&mut c, "ev", b"t", 60_000), 1);
+    let mut w = s.conn();
+    let handle = std::thread::spawn(move || {
+        ok(
+            &mut w,
+            &rcmd!("LOCK.ACQUIRE", "ev", "w", "PX", 1000, "BLOCK", 5000),
+        )
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while info_some(&mut c, "ev").waiters == 0 {
+        assert!(std::time::Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(release(&mut c, "ev", b"t"), 1);
+    assert!(parse_grant(&handle.join().unwrap()).is_some());
+    let events: Vec<String> = (0..4)
+        .map(|_| {
+            pubsub
+                .get_message()
+                .unwrap()
+                .get_payload::<String>()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            "lock.acquired",
+            "lock.extended",
+            "lock.released",
+            "lock.handoff"
+        ]
+    );
+}
+
+#[test]
+fn command_docs_describe_every_command() {
+    let s = Server::start();
+    let mut c = s.conn();
+    for (cmd, arity) in [
+        ("lock.acquire", -5),
+        ("lock.release", 3),
+        ("lock.extend", 5),
+        ("lock.info", 2),
+    ] {
+        let docs = format!("{:?}", ok(&mut c, &rcmd!("COMMAND", "DOCS", cmd)));
+        for word in ["summary", "complexity", "since", "arguments", "key"] {
+            assert!(
+                docs.contains(word),
+                "COMMAND DOCS {cmd} lacks {word}: {docs}"
+            );
+        }
+        let info = ok(&mut c, &rcmd!("COMMAND", "INFO", cmd));
+        let Value::Array(entries) = info else {
+            panic!("{info:?}")
+        };
+        let Value::Array(entry) = &entries[0] else {
+            panic!("{entries:?}")
+        };
+        assert_eq!(as_int(&entry[1]), arity, "{cmd} arity");
+        assert_eq!(
+            (as_int(&entry[3]), as_int(&entry[4]), as_int(&entry[5])),
+            (1, 1, 1),
+            "{cmd} keys"
+        );
+    }
+    let docs = format!(
+        "{:?}",
+        ok(&mut c, &rcmd!("COMMAND", "DOCS", "lock.acquire"))
+    );
+    for token in ["EX", "PX", "BLOCK", "optional", "oneof"] {
+        assert!(
+            docs.contains(token),
+            "LOCK.ACQUIRE docs lack {token}: {docs}"
+        );
+    }
+}
