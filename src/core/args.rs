@@ -200,6 +200,20 @@ pub fn parse_i64(raw: &[u8]) -> Option<i64> {
     std::str::from_utf8(raw).ok()?.parse().ok()
 }
 
+/// `n` in decimal, written to the end of `buf` (no allocation: this runs
+/// on every replicated grant).
+pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
 fn parse_non_negative(raw: &[u8]) -> Option<u64> {
     parse_i64(raw).filter(|&v| v >= 0).map(|v| v as u64)
 }
@@ -370,6 +384,14 @@ mod tests {
             b"9223372036854775808",
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn decimal_formatting() {
+        let mut buf = [0u8; 20];
+        for n in [0, 7, 10, 1_700_000_000_000, u64::MAX] {
+            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
         }
     }
 

@@ -7,42 +7,17 @@
 //! generated token included), fence and absolute expiry. A promotion's new
 //! fence epoch travels as `LOCK._EPOCH epoch`.
 
-use redis_module::{Context, RedisResult, RedisString, RedisValue};
+use redis_module::RedisValue;
 
 use crate::core::args;
 use crate::core::errors::LockError;
 use crate::core::limits;
 use crate::core::lock::{self, AcquireDecision, LockRef};
 use crate::core::token::{self, TokenArg};
+use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
-use crate::server::{config, guard, state, stats, waiting};
-
-type Reply = Result<RedisValue, LockError>;
-
-pub fn acquire(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| acquire_inner(ctx, &argv))
-}
-
-pub fn release(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| release_inner(ctx, &argv))
-}
-
-pub fn extend(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| extend_inner(ctx, &argv))
-}
-
-pub fn info(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| info_inner(ctx, &argv))
-}
-
-pub fn apply(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| apply_inner(ctx, &argv))
-}
-
-pub fn epoch(ctx: &Context, argv: Vec<RedisString>) -> RedisResult {
-    guard::command(|| epoch_inner(ctx, &argv))
-}
+use crate::server::{config, state, stats, waiting};
 
 /// The lock on an open key, or WRONGTYPE if it holds something else.
 fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
@@ -53,10 +28,11 @@ fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
     }
 }
 
-fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn acquire(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_acquire(argv)?;
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
-    let name = &argv[1];
+    let name = &call.key();
     let mut key = LockKey::open(ctx, name, true);
     let generated;
     let (token, given) = match req.token {
@@ -98,7 +74,7 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             drop(key);
             ffi::replicate_expire_at(ctx, name, expire_at);
             waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
-            ffi::notify(ctx, "lock.extended", name);
+            ffi::notify(ctx, c"lock.extended", name);
             stats::REGRANTS.bump();
             fence
         }
@@ -111,7 +87,7 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             key.set_expire_at(expire_at);
             drop(key);
             ffi::replicate_grant(ctx, name, token, fence, expire_at);
-            ffi::notify(ctx, "lock.acquired", name);
+            ffi::notify(ctx, c"lock.acquired", name);
             stats::GRANTS.bump();
             fence
         }
@@ -119,9 +95,10 @@ fn acquire_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     Ok(reply::grant(ctx, token, fence))
 }
 
-fn release_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn release(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_release(argv)?;
-    let name = &argv[1];
+    let name = &call.key();
     let mut key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
         stats::RELEASES_NOT_OWNER.bump();
@@ -130,16 +107,17 @@ fn release_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     key.delete();
     drop(key);
     ffi::replicate_delete(ctx, name);
-    ffi::notify(ctx, "lock.released", name);
+    ffi::notify(ctx, c"lock.released", name);
     stats::RELEASES.bump();
     waiting::serve(ctx, name);
     Ok(RedisValue::Integer(1))
 }
 
-fn extend_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn extend(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_extend(argv)?;
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
-    let name = &argv[1];
+    let name = &call.key();
     let mut key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
         stats::EXTENDS_NOT_OWNER.bump();
@@ -150,14 +128,16 @@ fn extend_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
     drop(key);
     ffi::replicate_expire_at(ctx, name, expire_at);
     waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
-    ffi::notify(ctx, "lock.extended", name);
+    ffi::notify(ctx, c"lock.extended", name);
     stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }
 
-fn info_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn info(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     args::parse_info(argv)?;
-    let key = LockKey::open(ctx, &argv[1], false);
+    let name = &call.key();
+    let key = LockKey::open(ctx, name, false);
     let Some(lock) = current(&key)? else {
         return Ok(RedisValue::Null);
     };
@@ -168,7 +148,7 @@ fn info_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
             ("token", Field::Bytes(lock.token())),
             ("fence", Field::Int(lock.fence() as i64)),
             ("ttl", Field::Int(ttl)),
-            ("waiters", Field::Int(waiting::count(ctx, &argv[1]) as i64)),
+            ("waiters", Field::Int(waiting::count(ctx, argv[1]) as i64)),
         ],
     ))
 }
@@ -176,12 +156,13 @@ fn info_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
 /// Rebuilds a grant exactly as the master (or the AOF) recorded it. Only the
 /// master link and AOF loading may use it: anyone else could forge a lock
 /// with any owner and fence.
-fn apply_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn apply(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }
     let req = args::parse_apply(argv)?;
-    let mut key = LockKey::open(ctx, &argv[1], true);
+    let mut key = LockKey::open(ctx, &call.key(), true);
     current(&key)?;
     key.set_lock(LockRef::new(req.token, req.fence));
     if let Some(at) = req.expire_at_ms {
@@ -195,7 +176,8 @@ fn apply_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
 
 /// Records the fence epoch a master reached on promotion. Internal, like
 /// `LOCK._APPLY`.
-fn epoch_inner(ctx: &Context, argv: &[RedisString]) -> Reply {
+pub fn epoch(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }

@@ -7,6 +7,7 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::core::args;
 use crate::core::lock::LockRef;
 use crate::core::record::Record;
 use crate::server::datatype::LOCK_TYPE;
@@ -162,18 +163,25 @@ const APPLY: &CStr = c"LOCK._APPLY";
 
 /// Propagates a grant to replicas and the AOF as its exact effect.
 pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, expire_at: i64) {
-    // SAFETY: the format "sbll" matches the arguments: a Redis string, a
-    // buffer with its length, and two long longs.
+    // Numbers go as text formatted here: Redis's own conversion of "l"
+    // arguments costs more than the rest of the call's argument handling.
+    let (mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20]);
+    let fence = args::decimal(fence, &mut fence_buf);
+    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    // SAFETY: the format "sbbb" matches the arguments: a Redis string, then
+    // three buffers each with its length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,
             APPLY.as_ptr(),
-            c"sbll".as_ptr(),
+            c"sbbb".as_ptr(),
             key.inner,
             token.as_ptr().cast::<c_char>(),
             token.len(),
-            fence as i64,
-            expire_at,
+            fence.as_ptr().cast::<c_char>(),
+            fence.len(),
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
         )
     };
 }
@@ -193,14 +201,17 @@ pub fn replicate_epoch(ctx: &Context, epoch: u64) {
 
 /// Propagates a new absolute expiry (re-grant, extend).
 pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
-    // SAFETY: the format "sl" matches a Redis string and a long long.
+    let mut at_buf = [0u8; 20];
+    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,
             c"PEXPIREAT".as_ptr(),
-            c"sl".as_ptr(),
+            c"sb".as_ptr(),
             key.inner,
-            expire_at,
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
         )
     };
 }
@@ -351,8 +362,16 @@ pub fn flushed_db(data: *mut c_void) -> i32 {
 
 /// Raises a keyspace notification of the module class (`d` in
 /// `notify-keyspace-events`) for a lock event such as `lock.acquired`.
-pub fn notify(ctx: &Context, event: &str, key: &RedisString) {
-    ctx.notify_keyspace_event(redis_module::NotifyEvent::MODULE, event, key);
+pub fn notify(ctx: &Context, event: &CStr, key: &RedisString) {
+    // SAFETY: `ctx` is live, `event` a C string, `key` a live Redis string.
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx.ctx,
+            raw::REDISMODULE_NOTIFY_MODULE as c_int,
+            event.as_ptr(),
+            key.inner,
+        )
+    };
 }
 
 /// Signature of a keyspace-event callback.
@@ -373,6 +392,32 @@ pub fn subscribe_key_events(
     // signature Redis calls.
     let status = unsafe {
         raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(ctx.ctx, classes.bits(), Some(callback))
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// Registers a command; false if Redis refused.
+pub fn create_command(
+    ctx: &Context,
+    name: &CStr,
+    callback: CommandCallback,
+    flags: &CStr,
+    first_key: c_int,
+    last_key: c_int,
+    key_step: c_int,
+) -> bool {
+    // SAFETY: `ctx` is the module's load context; the strings are C strings
+    // and the callback has the signature Redis calls.
+    let status = unsafe {
+        raw::RedisModule_CreateCommand.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            Some(callback),
+            flags.as_ptr(),
+            first_key,
+            last_key,
+            key_step,
+        )
     };
     status == raw::REDISMODULE_OK as c_int
 }

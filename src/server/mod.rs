@@ -5,6 +5,7 @@ mod command_docs;
 mod commands;
 mod config;
 mod datatype;
+mod dispatch;
 mod events;
 mod ffi;
 mod guard;
@@ -26,6 +27,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    if !dispatch::register(ctx) {
+        ctx.log_warning("could not register the commands");
+        return Status::Err;
+    }
     if !waiting::subscribe(ctx) || !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
@@ -45,14 +50,6 @@ redis_module! {
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [LOCK_TYPE],
     init: init,
-    commands: [
-        ["lock.acquire", commands::acquire, "write deny-oom", 1, 1, 1, ""],
-        ["lock.release", commands::release, "write", 1, 1, 1, ""],
-        ["lock.extend", commands::extend, "write", 1, 1, 1, ""],
-        ["lock.info", commands::info, "readonly fast", 1, 1, 1, ""],
-        ["lock._apply", commands::apply, "write", 1, 1, 1, ""],
-        ["lock._epoch", commands::epoch, "write", 0, 0, 0, ""],
-    ],
     configurations: [
         i64: [
             ["max-ttl", &config::MAX_TTL, 0, 0, i64::MAX, ConfigurationFlags::DEFAULT, None],

@@ -170,7 +170,7 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_grant(ctx, name, &token, fence, expire_at);
-    ffi::notify(ctx, "lock.handoff", name);
+    ffi::notify(ctx, c"lock.handoff", name);
     stats::HANDOFFS.bump();
     let more = with(|r| {
         r.waiters.grant(handle, fence);
@@ -385,7 +385,7 @@ fn revoke_undelivered(ctx: &Context, (id, token, fence): (LockId, Vec<u8>, u64))
         key.delete();
         drop(key);
         ffi::replicate_delete(ctx, &name);
-        ffi::notify(ctx, "lock.released", &name);
+        ffi::notify(ctx, c"lock.released", &name);
         serve(ctx, &name);
     }
 }

@@ -1,0 +1,137 @@
+//! Command registration, and the one entry point every command goes
+//! through: it views the arguments as byte slices without copying them,
+//! runs the handler inside the panic guard, and sends its reply.
+
+use std::ffi::{c_int, CStr};
+use std::ptr::NonNull;
+
+use redis_module::{raw, Context, RedisString, RedisValue};
+
+use crate::core::errors::LockError;
+use crate::server::{commands, ffi, guard};
+
+/// What a handler answers: a value to reply with (or `NoReply` when it
+/// replied itself or blocked the client), or an error reply.
+pub type Reply = Result<RedisValue, LockError>;
+
+/// One call of a command.
+pub struct Call<'a> {
+    pub ctx: &'a Context,
+    /// The arguments, `argv[0]` being the command name.
+    pub argv: &'a [&'a [u8]],
+    raw: &'a [*mut raw::RedisModuleString],
+}
+
+impl Call<'_> {
+    /// The key argument (`argv[1]`) as a Redis string. Every command that
+    /// calls this declares that key, so Redis's arity check guarantees it.
+    pub fn key(&self) -> RedisString {
+        RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
+    }
+}
+
+type Handler = fn(&Call) -> Reply;
+
+/// Arguments up to this many are viewed from the stack.
+const INLINE_ARGS: usize = 8;
+
+fn dispatch(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+    handler: Handler,
+) -> c_int {
+    let ctx = Context::new(ctx);
+    let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes `argc` valid strings that outlive the call.
+        unsafe { std::slice::from_raw_parts(argv, argc as usize) }
+    };
+    let mut inline: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+    let heap: Vec<&[u8]>;
+    let slices: &[&[u8]] = if raw_args.len() <= INLINE_ARGS {
+        for (slot, arg) in inline.iter_mut().zip(raw_args) {
+            *slot = RedisString::string_as_slice(*arg);
+        }
+        &inline[..raw_args.len()]
+    } else {
+        heap = raw_args
+            .iter()
+            .map(|a| RedisString::string_as_slice(*a))
+            .collect();
+        &heap
+    };
+    let call = Call {
+        ctx: &ctx,
+        argv: slices,
+        raw: raw_args,
+    };
+    let result = guard::command(|| handler(&call));
+    ctx.reply(result) as c_int
+}
+
+/// An `extern "C"` entry point for one handler.
+macro_rules! entry {
+    ($handler:path) => {{
+        extern "C" fn entry(
+            ctx: *mut raw::RedisModuleCtx,
+            argv: *mut *mut raw::RedisModuleString,
+            argc: c_int,
+        ) -> c_int {
+            dispatch(ctx, argv, argc, $handler)
+        }
+        entry as ffi::CommandCallback
+    }};
+}
+
+/// Name, entry point, flags, and key positions (first, last, step).
+type Registration = (
+    &'static CStr,
+    ffi::CommandCallback,
+    &'static CStr,
+    c_int,
+    c_int,
+    c_int,
+);
+
+/// Registers every command; false if Redis refused one.
+pub fn register(ctx: &Context) -> bool {
+    let table: [Registration; 6] = [
+        // May create a lock, so refused when memory is full.
+        (
+            c"lock.acquire",
+            entry!(commands::acquire),
+            c"write deny-oom",
+            1,
+            1,
+            1,
+        ),
+        // Free memory or change nothing: never refused for memory.
+        (
+            c"lock.release",
+            entry!(commands::release),
+            c"write",
+            1,
+            1,
+            1,
+        ),
+        (c"lock.extend", entry!(commands::extend), c"write", 1, 1, 1),
+        (
+            c"lock.info",
+            entry!(commands::info),
+            c"readonly fast",
+            1,
+            1,
+            1,
+        ),
+        // Internal: effects replayed from the master link and the AOF.
+        (c"lock._apply", entry!(commands::apply), c"write", 1, 1, 1),
+        (c"lock._epoch", entry!(commands::epoch), c"write", 0, 0, 0),
+    ];
+    table
+        .iter()
+        .all(|&(name, callback, flags, first, last, step)| {
+            ffi::create_command(ctx, name, callback, flags, first, last, step)
+        })
+}
