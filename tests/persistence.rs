@@ -627,3 +627,26 @@ fn expired_lock_is_gone_after_restart() {
     let (_, g) = grant(&mut c, "short", b"t", 60_000);
     assert!(g > f);
 }
+
+#[test]
+fn lock_changes_count_towards_rdb_save_points() {
+    // `save <seconds> <changes>` only fires if lock writes count as changes.
+    let s = Server::start();
+    let mut c = s.conn();
+    let changes = |c: &mut redis::Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        field(&info, "rdb_changes_since_last_save")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let before = changes(&mut c);
+    grant(&mut c, "k", b"t", 60_000);
+    let after_grant = changes(&mut c);
+    assert!(after_grant > before, "a grant is a change");
+    assert_eq!(extend_px(&mut c, "k", b"t", 60_000), 1);
+    let after_extend = changes(&mut c);
+    assert!(after_extend > after_grant, "an extend is a change");
+    assert_eq!(release(&mut c, "k", b"t"), 1);
+    assert!(changes(&mut c) > after_extend, "a release is a change");
+}
