@@ -34,6 +34,8 @@ pub enum LockError {
     WrongType,
     /// Every fence up to 2^63-1 has been used.
     FenceExhausted,
+    /// A waiter's lock is now served by another cluster node.
+    SlotMoved,
     /// The internal replication command was sent by an ordinary client.
     InternalCommand,
     /// A bug in the module: a panic was caught before it could reach Redis.
@@ -57,6 +59,7 @@ impl fmt::Display for LockError {
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
+            SlotMoved => f.write_str("TRYAGAIN the lock's slot is moving or moved to another node; retry the command"),
             InternalCommand => f.write_str("ERR this command is internal to redislock replication and persistence"),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
@@ -93,5 +96,6 @@ mod tests {
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
         assert!(LockError::WrongType.to_string().starts_with("WRONGTYPE "));
+        assert!(LockError::SlotMoved.to_string().starts_with("TRYAGAIN "));
     }
 }

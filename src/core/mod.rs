@@ -8,5 +8,6 @@ pub mod fence;
 pub mod limits;
 pub mod lock;
 pub mod record;
+pub mod slot;
 pub mod token;
 pub mod waiters;

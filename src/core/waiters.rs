@@ -14,6 +14,8 @@ pub enum Stage {
     Waiting,
     /// Granted the lock with this fence; the reply has not been sent yet.
     Granted { fence: u64 },
+    /// Sent away: the lock is now served by another cluster node.
+    Redirected,
 }
 
 /// One waiter: the lock it waits for, what it asked for, where it stands.
@@ -87,6 +89,18 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         true
     }
 
+    /// Takes every waiter of `lock` out of its queue as redirected, and
+    /// returns them in arrival order.
+    pub fn redirect_all(&mut self, lock: &K) -> Vec<I> {
+        let ids: Vec<I> = self.queues.remove(lock).map(Vec::from).unwrap_or_default();
+        for id in &ids {
+            if let Some(w) = self.waiters.get_mut(id) {
+                w.stage = Stage::Redirected;
+            }
+        }
+        ids
+    }
+
     /// Forgets `id` (replied to, timed out, disconnected) and returns what
     /// it was, so the caller can tell a lost grant from a plain wait.
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
@@ -158,6 +172,20 @@ mod tests {
         assert!(w.is_empty(), "granted waiters leave the queue");
         assert_eq!(w.remove(2).unwrap().stage, Stage::Granted { fence: 5 });
         assert!(w.get(2).is_none());
+    }
+
+    #[test]
+    fn redirecting_a_whole_queue() {
+        let mut w = W::default();
+        w.enqueue(1, "lock", "a");
+        w.enqueue(2, "lock", "b");
+        w.enqueue(3, "other", "c");
+        assert_eq!(w.redirect_all(&"lock"), vec![1, 2]);
+        assert_eq!(w.count(&"lock"), 0);
+        assert_eq!(w.count(&"other"), 1);
+        assert_eq!(w.get(2).unwrap().stage, Stage::Redirected);
+        assert_eq!(w.remove(1).unwrap().stage, Stage::Redirected);
+        assert!(w.redirect_all(&"none").is_empty());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The Redis side of the module: registration, commands, the data type,
 //! server events, and the small unsafe wrappers they share.
 
+mod cluster;
 mod command_docs;
 mod commands;
 mod config;

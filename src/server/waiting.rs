@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::core::errors::LockError;
 use crate::core::lock::{self, LockRef};
-use crate::core::waiters::{Stage, Waiters};
+use crate::core::waiters::{Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
-use crate::server::{guard, reply, state, stats};
+use crate::server::{cluster, guard, reply, state, stats};
 
 /// A lock by database and key name.
 pub type LockId = (i32, Vec<u8>);
@@ -147,6 +148,14 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     };
     let mut key = LockKey::open(ctx, name, true);
     match key.kind() {
+        KeyKind::Empty if !cluster::may_hand_off_here(ctx, name) => {
+            drop(key);
+            let redirected = with(|r| r.waiters.redirect_all(&id));
+            for handle in redirected {
+                ffi::unblock_client(handle);
+            }
+            return;
+        }
         KeyKind::Empty => {}
         KeyKind::Lock => {
             // Still held (extended, or freed and retaken): wait for its expiry.
@@ -285,7 +294,23 @@ pub fn on_flushed(ctx: &Context, db: i32) {
     }
 }
 
-/// The reply of a client that was granted the lock.
+/// Sends a finished wait its answer: the grant, nil, or a redirect.
+fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
+    match waiter.map(|w| (w.stage, &w.request.token)) {
+        Some((Stage::Granted { fence }, token)) => {
+            reply::grant(ctx, token, fence);
+        }
+        Some((Stage::Redirected, _)) => {
+            ctx.reply_error_string(&LockError::SlotMoved.to_string());
+        }
+        Some((Stage::Waiting, _)) | None => {
+            raw::reply_with_null(ctx.ctx);
+        }
+    }
+}
+
+/// The reply of a client whose wait ended: granted, timed out at its
+/// deadline, or redirected.
 unsafe extern "C" fn on_reply(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -294,26 +319,15 @@ unsafe extern "C" fn on_reply(
     let ctx = Context::new(ctx);
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = ffi::blocked_handle(&ctx);
-        match with(|r| r.waiters.remove(handle)) {
-            Some(w) => match w.stage {
-                Stage::Granted { fence } => {
-                    reply::grant(&ctx, &w.request.token, fence);
-                }
-                Stage::Waiting => {
-                    raw::reply_with_null(ctx.ctx);
-                }
-            },
-            None => {
-                raw::reply_with_null(ctx.ctx);
-            }
-        }
+        answer(&ctx, with(|r| r.waiters.remove(handle)).as_ref());
         raw::REDISMODULE_OK as c_int
     })
 }
 
 /// `CLIENT UNBLOCK` (Redis calls it the timeout callback; the module's own
 /// deadline timer never goes through it). Redis calls it only for a client
-/// not unblocked yet, so the waiter is still in the queue.
+/// not unblocked yet, so the waiter is normally still in the queue; if it
+/// was granted after all, the grant is delivered, never dropped.
 unsafe extern "C" fn on_unblock(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -322,22 +336,11 @@ unsafe extern "C" fn on_unblock(
     let ctx = Context::new(ctx);
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = ffi::blocked_handle(&ctx);
-        match with(|r| r.waiters.remove(handle)) {
-            // Not expected (a granted client is already unblocked), but if it
-            // happens the grant is delivered, never dropped.
-            Some(w) => match w.stage {
-                Stage::Granted { fence } => {
-                    reply::grant(&ctx, &w.request.token, fence);
-                }
-                Stage::Waiting => {
-                    stats::WAIT_TIMEOUTS.bump();
-                    raw::reply_with_null(ctx.ctx);
-                    ffi::unblock_client(handle);
-                }
-            },
-            None => {
-                raw::reply_with_null(ctx.ctx);
-            }
+        let waiter = with(|r| r.waiters.remove(handle));
+        answer(&ctx, waiter.as_ref());
+        if waiter.is_some_and(|w| w.stage == Stage::Waiting) {
+            stats::WAIT_TIMEOUTS.bump();
+            ffi::unblock_client(handle);
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -357,6 +360,8 @@ unsafe extern "C" fn on_disconnect(
         };
         match w.stage {
             Stage::Waiting => ffi::unblock_client(handle),
+            // Already unblocked; nothing to give back.
+            Stage::Redirected => {}
             Stage::Granted { fence } => {
                 let revoke = (w.lock, w.request.token, fence);
                 ctx.create_timer(
