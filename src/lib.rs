@@ -5,5 +5,5 @@
 
 pub mod core;
 
-#[cfg(not(test))]
+#[cfg(all(feature = "module", not(test)))]
 mod server;
