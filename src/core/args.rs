@@ -109,7 +109,7 @@ pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, Loc
     let token = given_token(&argv[2])?;
     let fence = parse_i64(&argv[3])
         .filter(|&f| f > 0)
-        .ok_or(LockError::InvalidTtl)? as u64;
+        .ok_or(LockError::InvalidFence)? as u64;
     let expire_at_ms = match argv.get(4) {
         Some(v) => Some(parse_i64(v).ok_or(LockError::InvalidTtl)?),
         None => None,
@@ -152,6 +152,7 @@ fn unknown(name: &[u8]) -> LockError {
 #[derive(Default)]
 struct TtlOption {
     ttl_ms: Option<u64>,
+    given: Option<&'static str>,
 }
 
 impl TtlOption {
@@ -169,8 +170,10 @@ impl TtlOption {
             return Ok(false);
         };
         let value = rest.next().ok_or(LockError::MissingValue(label))?;
-        if self.ttl_ms.is_some() {
-            return Err(LockError::DoubleTtl);
+        match self.given {
+            Some(first) if first == label => return Err(LockError::RepeatedOption(label)),
+            Some(_) => return Err(LockError::DoubleTtl),
+            None => self.given = Some(label),
         }
         let ms = parse_non_negative(value)
             .filter(|&v| v > 0)
@@ -256,7 +259,14 @@ mod tests {
             ("lock.acquire k t BLOCK 5", LockError::MissingTtl),
             ("lock.acquire k t EX", LockError::MissingValue("EX")),
             ("lock.acquire k t EX 1 PX 5", LockError::DoubleTtl),
-            ("lock.acquire k t EX 1 EX 5", LockError::DoubleTtl),
+            (
+                "lock.acquire k t EX 1 EX 5",
+                LockError::RepeatedOption("EX"),
+            ),
+            (
+                "lock.acquire k t px 1 PX 5",
+                LockError::RepeatedOption("PX"),
+            ),
             ("lock.acquire k t EX 0", LockError::InvalidTtl),
             ("lock.acquire k t EX -1", LockError::InvalidTtl),
             ("lock.acquire k t EX 1.5", LockError::InvalidTtl),
@@ -354,7 +364,10 @@ mod tests {
                 expire_at_ms: None
             })
         );
-        assert!(parse_apply(&argv("lock._apply k t 0")).is_err());
+        assert_eq!(
+            parse_apply(&argv("lock._apply k t 0")),
+            Err(LockError::InvalidFence)
+        );
         assert!(parse_apply(&argv("lock._apply k t")).is_err());
         assert_eq!(parse_epoch(&argv("lock._epoch 3")), Ok(3));
         assert_eq!(

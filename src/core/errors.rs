@@ -26,6 +26,8 @@ pub enum LockError {
     TtlAboveLimit(u64),
     /// A `BLOCK` timeout that is not a non-negative integer.
     InvalidBlock,
+    /// A fence that is not a positive integer (internal command).
+    InvalidFence,
     /// A fence epoch that is not a non-negative integer (internal command).
     InvalidEpoch,
     /// A token that is empty or longer than the limit.
@@ -36,6 +38,8 @@ pub enum LockError {
     FenceExhausted,
     /// A waiter's lock is now served by another cluster node.
     SlotMoved,
+    /// A waiter's server became a replica.
+    ReadOnly,
     /// The internal replication command was sent by an ordinary client.
     InternalCommand,
     /// A bug in the module: a panic was caught before it could reach Redis.
@@ -55,10 +59,12 @@ impl fmt::Display for LockError {
             InvalidTtl => f.write_str("ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds"),
             TtlAboveLimit(max) => write!(f, "ERR TTL exceeds redislock.max-ttl ({max} ms)"),
             InvalidBlock => f.write_str("ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds"),
+            InvalidFence => f.write_str("ERR invalid fence: must be a positive integer"),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
+            ReadOnly => f.write_str("READONLY You can't write against a read only replica."),
             SlotMoved => f.write_str("TRYAGAIN the lock's slot is moving or moved to another node; retry the command"),
             InternalCommand => f.write_str("ERR this command is internal to redislock replication and persistence"),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
@@ -84,6 +90,7 @@ mod tests {
             LockError::InvalidTtl,
             LockError::TtlAboveLimit(10),
             LockError::InvalidBlock,
+            LockError::InvalidFence,
             LockError::InvalidEpoch,
             LockError::InvalidToken,
             LockError::FenceExhausted,
@@ -97,5 +104,6 @@ mod tests {
         }
         assert!(LockError::WrongType.to_string().starts_with("WRONGTYPE "));
         assert!(LockError::SlotMoved.to_string().starts_with("TRYAGAIN "));
+        assert!(LockError::ReadOnly.to_string().starts_with("READONLY "));
     }
 }

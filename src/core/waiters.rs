@@ -14,8 +14,17 @@ pub enum Stage {
     Waiting,
     /// Granted the lock with this fence; the reply has not been sent yet.
     Granted { fence: u64 },
-    /// Sent away: the lock is now served by another cluster node.
-    Redirected,
+    /// Sent away without the lock, for this reason.
+    Refused(Refusal),
+}
+
+/// Why waiters are sent away without the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The lock is now served by another cluster node.
+    SlotMoved,
+    /// This server became a replica and can grant nothing.
+    Demoted,
 }
 
 /// One waiter: the lock it waits for, what it asked for, where it stands.
@@ -89,16 +98,25 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         true
     }
 
-    /// Takes every waiter of `lock` out of its queue as redirected, and
-    /// returns them in arrival order.
-    pub fn redirect_all(&mut self, lock: &K) -> Vec<I> {
+    /// Takes every waiter of `lock` out of its queue as refused, and returns
+    /// them in arrival order.
+    pub fn refuse_all(&mut self, lock: &K, why: Refusal) -> Vec<I> {
         let ids: Vec<I> = self.queues.remove(lock).map(Vec::from).unwrap_or_default();
         for id in &ids {
             if let Some(w) = self.waiters.get_mut(id) {
-                w.stage = Stage::Redirected;
+                w.stage = Stage::Refused(why);
             }
         }
         ids
+    }
+
+    /// Refuses every waiter of every lock.
+    pub fn refuse_everyone(&mut self, why: Refusal) -> Vec<I> {
+        let locks: Vec<K> = self.queues.keys().cloned().collect();
+        locks
+            .iter()
+            .flat_map(|lock| self.refuse_all(lock, why))
+            .collect()
     }
 
     /// Forgets `id` (replied to, timed out, disconnected) and returns what
@@ -180,12 +198,17 @@ mod tests {
         w.enqueue(1, "lock", "a");
         w.enqueue(2, "lock", "b");
         w.enqueue(3, "other", "c");
-        assert_eq!(w.redirect_all(&"lock"), vec![1, 2]);
+        assert_eq!(w.refuse_all(&"lock", Refusal::SlotMoved), vec![1, 2]);
         assert_eq!(w.count(&"lock"), 0);
         assert_eq!(w.count(&"other"), 1);
-        assert_eq!(w.get(2).unwrap().stage, Stage::Redirected);
-        assert_eq!(w.remove(1).unwrap().stage, Stage::Redirected);
-        assert!(w.redirect_all(&"none").is_empty());
+        assert_eq!(w.get(2).unwrap().stage, Stage::Refused(Refusal::SlotMoved));
+        assert_eq!(
+            w.remove(1).unwrap().stage,
+            Stage::Refused(Refusal::SlotMoved)
+        );
+        assert!(w.refuse_all(&"none", Refusal::SlotMoved).is_empty());
+        assert_eq!(w.refuse_everyone(Refusal::Demoted), vec![3]);
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -9,7 +9,7 @@ use redis_module::raw;
 use crate::core::fence::FenceClock;
 use crate::core::lock::{LockRef, ENCODING_VERSION};
 use crate::core::record::Record;
-use crate::server::{ffi, guard, state, stats};
+use crate::server::{ffi, guard, state, stats, waiting};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -27,13 +27,13 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
-        unlink: Some(stats::on_unlink),
+        unlink: None,
         copy: Some(copy),
         defrag: None,
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(unlink),
     },
 );
 
@@ -118,6 +118,15 @@ unsafe extern "C" fn copy(
         let copied = Record::new(unsafe { lock_ref(value) }).into_raw();
         stats::record_created();
         copied
+    })
+}
+
+/// A lock is leaving the keyspace, for any reason but a flush.
+unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+    guard::callback((), || {
+        let (db, key) = ffi::unlinked_key(opt);
+        stats::note_unlink(key);
+        waiting::on_lock_unlinked(db, key);
     })
 }
 

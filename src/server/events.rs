@@ -1,5 +1,6 @@
-//! Server events: promotion, which moves the fence clock to a new epoch, and
-//! flushes, which free locks without any per-key event.
+//! Server events: promotion, which moves the fence clock to a new epoch;
+//! demotion, which ends every wait; and flushes and SWAPDB, which free or
+//! move locks without any per-key event.
 
 use std::ffi::c_void;
 use std::time::Duration;
@@ -15,6 +16,7 @@ pub fn subscribe(ctx: &Context) -> bool {
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         on_role_changed,
     ) && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
+        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb)
 }
 
 /// A promoted replica may have missed its old master's last grants, and the
@@ -29,6 +31,7 @@ unsafe extern "C" fn on_role_changed(
 ) {
     guard::callback((), || {
         if sub != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
+            waiting::on_demoted();
             return;
         }
         let ctx = Context::new(ctx);
@@ -60,5 +63,18 @@ unsafe extern "C" fn on_flush(
         if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             waiting::on_flushed(&Context::new(ctx), ffi::flushed_db(data));
         }
+    })
+}
+
+/// SWAPDB moves locks between databases without key events.
+unsafe extern "C" fn on_swapdb(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    _sub: u64,
+    data: *mut c_void,
+) {
+    guard::callback((), || {
+        let (first, second) = ffi::swapped_dbs(data);
+        waiting::on_swapped(&Context::new(ctx), first, second);
     })
 }

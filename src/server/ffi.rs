@@ -354,6 +354,13 @@ pub fn blocked_handle(ctx: &Context) -> BlockedHandle {
     unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx.ctx) as BlockedHandle }
 }
 
+/// The two databases of a SWAPDB server event.
+pub fn swapped_dbs(data: *mut c_void) -> (i32, i32) {
+    // SAFETY: Redis passes a `RedisModuleSwapDbInfo` with the SWAPDB event.
+    let info = unsafe { &*data.cast::<raw::RedisModuleSwapDbInfo>() };
+    (info.dbnum_first, info.dbnum_second)
+}
+
 /// Info about a flush from the FLUSHDB server event: the database, or -1 for all.
 pub fn flushed_db(data: *mut c_void) -> i32 {
     // SAFETY: Redis passes a `RedisModuleFlushInfo` with the FLUSHDB event.
@@ -420,4 +427,21 @@ pub fn create_command(
         )
     };
     status == raw::REDISMODULE_OK as c_int
+}
+
+/// A context detached from any client, valid until the module unloads.
+pub fn detached_context(ctx: &Context) -> *mut raw::RedisModuleCtx {
+    // SAFETY: `ctx` is the module's load context.
+    unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) }
+}
+
+/// The database and name of the key an unlink2 callback is about.
+pub fn unlinked_key<'a>(opt: *mut raw::RedisModuleKeyOptCtx) -> (i32, &'a [u8]) {
+    // SAFETY: `opt` comes from Redis's unlink2 callback; the name lives as
+    // long as the callback runs, which is as long as the caller uses it.
+    unsafe {
+        let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(opt);
+        let name = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(opt);
+        (db, RedisString::string_as_slice(name))
+    }
 }

@@ -32,7 +32,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("could not register the commands");
         return Status::Err;
     }
-    if !waiting::subscribe(ctx) || !events::subscribe(ctx) {
+    state::set_detached_context(ffi::detached_context(ctx));
+    if !stats::subscribe(ctx) || !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }

@@ -2,12 +2,12 @@
 //! so INFO costs nothing but reading them.
 
 use std::cell::Cell;
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_char, c_int, CStr};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
-use crate::server::{guard, waiting};
+use crate::server::{ffi, guard, waiting};
 
 pub struct Counter(AtomicU64);
 
@@ -63,11 +63,28 @@ thread_local! {
     static UNLINKED: Cell<usize> = const { Cell::new(0) };
 }
 
-/// The data type's unlink callback: a lock is leaving the keyspace.
-pub unsafe extern "C" fn on_unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+/// Notes the name object of a lock being unlinked.
+pub fn note_unlink(key: &[u8]) {
+    UNLINKED.with(|u| u.set(key.as_ptr() as usize));
+}
+
+/// Subscribes to `expired` events, the only key events the module needs.
+pub fn subscribe(ctx: &redis_module::Context) -> bool {
+    ffi::subscribe_key_events(ctx, redis_module::NotifyEvent::EXPIRED, on_expired)
+}
+
+unsafe extern "C" fn on_expired(
+    _ctx: *mut raw::RedisModuleCtx,
+    _class: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
     guard::callback((), || {
-        UNLINKED.with(|u| u.set(RedisString::string_as_slice(key).as_ptr() as usize));
-    })
+        // SAFETY: Redis passes the event name as a C string.
+        let event = unsafe { CStr::from_ptr(event) }.to_bytes();
+        note_key_event(event, RedisString::string_as_slice(key));
+    });
+    raw::REDISMODULE_OK as c_int
 }
 
 /// Called for every key event we see; counts the expiry if the key that

@@ -4,8 +4,10 @@
 //! Redis 7.0's key-blocking API cannot wake anyone when a key is deleted or
 //! expires, so the module keeps its own queue per lock and grants to the
 //! head of it directly: in the command that freed the lock (release), or in
-//! a 0 ms timer scheduled by the key event that freed it (DEL, expiry,
-//! eviction, flush), since writing from inside a key event is unsafe. A
+//! a 0 ms timer scheduled when Redis unlinks a lock (DEL, expiry, eviction)
+//! or flushes a database, since writing from inside those is unsafe. The
+//! data type's unlink callback fires only for locks, so other keys' writes
+//! and expiries never call into the module. A
 //! timer armed at the holder's expiry makes the handoff prompt even when
 //! nobody touches the key. A newcomer never overtakes: `LOCK.ACQUIRE` on a
 //! free lock with waiters serves the head first.
@@ -15,14 +17,14 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::ffi::{c_char, c_int, CStr};
+use std::ffi::c_int;
 use std::time::Duration;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
 use crate::core::lock::{self, LockRef};
-use crate::core::waiters::{Stage, Waiter, Waiters};
+use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
 use crate::server::{cluster, guard, reply, state, stats};
 
@@ -150,10 +152,8 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     match key.kind() {
         KeyKind::Empty if !cluster::may_hand_off_here(ctx, name) => {
             drop(key);
-            let redirected = with(|r| r.waiters.redirect_all(&id));
-            for handle in redirected {
-                ffi::unblock_client(handle);
-            }
+            let refused = with(|r| r.waiters.refuse_all(&id, Refusal::SlotMoved));
+            refused.into_iter().for_each(ffi::unblock_client);
             return;
         }
         KeyKind::Empty => {}
@@ -244,45 +244,34 @@ fn serve_soon(ctx: &Context, id: LockId) {
     );
 }
 
-/// Subscribes to the key events that can free a lock.
-pub fn subscribe(ctx: &Context) -> bool {
-    use redis_module::NotifyEvent;
-    ffi::subscribe_key_events(
-        ctx,
-        NotifyEvent::GENERIC | NotifyEvent::EXPIRED | NotifyEvent::EVICTED,
-        on_key_event,
-    )
-}
-
-/// Key events that can free a lock: deletion (DEL, UNLINK), expiry,
-/// eviction, and the source side of RENAME and MOVE.
-unsafe extern "C" fn on_key_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard::callback((), || {
-        // SAFETY: Redis passes the event name as a C string.
-        let event = unsafe { CStr::from_ptr(event) }.to_bytes();
-        let key = RedisString::string_as_slice(key);
-        stats::note_key_event(event, key);
-        if with(|r| r.waiters.is_empty()) {
-            return;
-        }
-        if !matches!(
-            event,
-            b"del" | b"expired" | b"evicted" | b"rename_from" | b"move_from"
-        ) {
-            return;
-        }
-        let ctx = Context::new(ctx);
-        let id: LockId = (ffi::selected_db(&ctx), key.to_vec());
-        if with(|r| r.waiters.count(&id) > 0) {
+/// A lock left the keyspace (release, DEL, UNLINK, expiry, eviction, the
+/// source side of RENAME, MOVE and MIGRATE): Redis is in the middle of
+/// deleting it, so any handoff is scheduled, not made here.
+pub fn on_lock_unlinked(db: i32, key: &[u8]) {
+    if with(|r| r.waiters.is_empty()) {
+        return;
+    }
+    let id: LockId = (db, key.to_vec());
+    if with(|r| r.waiters.count(&id) > 0) {
+        if let Some(ctx) = state::detached_context() {
             serve_soon(&ctx, id);
         }
-    });
-    raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// A server that becomes a replica grants nothing: its waiters are told so.
+pub fn on_demoted() {
+    let refused = with(|r| r.waiters.refuse_everyone(Refusal::Demoted));
+    refused.into_iter().for_each(ffi::unblock_client);
+}
+
+/// SWAPDB exchanges two databases without key events: every lock with
+/// waiters in either is looked at again.
+pub fn on_swapped(ctx: &Context, first: i32, second: i32) {
+    let ids = with(|r| r.waiters.locks_where(|(d, _)| *d == first || *d == second));
+    for id in ids {
+        serve_soon(ctx, id);
+    }
 }
 
 /// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in
@@ -300,8 +289,12 @@ fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
         Some((Stage::Granted { fence }, token)) => {
             reply::grant(ctx, token, fence);
         }
-        Some((Stage::Redirected, _)) => {
-            ctx.reply_error_string(&LockError::SlotMoved.to_string());
+        Some((Stage::Refused(why), _)) => {
+            let error = match why {
+                Refusal::SlotMoved => LockError::SlotMoved,
+                Refusal::Demoted => LockError::ReadOnly,
+            };
+            ctx.reply_error_string(&error.to_string());
         }
         Some((Stage::Waiting, _)) | None => {
             raw::reply_with_null(ctx.ctx);
@@ -361,7 +354,7 @@ unsafe extern "C" fn on_disconnect(
         match w.stage {
             Stage::Waiting => ffi::unblock_client(handle),
             // Already unblocked; nothing to give back.
-            Stage::Redirected => {}
+            Stage::Refused(_) => {}
             Stage::Granted { fence } => {
                 let revoke = (w.lock, w.request.token, fence);
                 ctx.create_timer(
