@@ -426,3 +426,49 @@ fn blocking_workers_never_overlap_and_fences_increase() {
     let total: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(total, WORKERS * ROUNDS);
 }
+
+#[test]
+fn move_and_swapdb_free_the_name_for_its_waiters() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // MOVE takes the lock to db 1; the name in db 0 is free for the waiter.
+    let (_, f0) = grant(&mut c, "mv", b"holder", 60_000);
+    let (rx, _) = spawn_waiter(&s, "mv", "w", 60_000, 10_000);
+    wait_waiters(&mut c, "mv", 1);
+    assert_eq!(as_int(&ok(&mut c, &rcmd!("MOVE", "mv", 1))), 1);
+    let (token, fence) = recv(&rx).0.expect("MOVE frees the name");
+    assert_eq!(token, b"w");
+    assert!(fence > f0);
+    // SWAPDB raises no key events: the waiter in db 0 is served all the same.
+    grant(&mut c, "sw", b"holder", 60_000);
+    let (rx, _) = spawn_waiter(&s, "sw", "w", 60_000, 10_000);
+    wait_waiters(&mut c, "sw", 1);
+    ok(&mut c, &rcmd!("SWAPDB", 0, 1));
+    let (token, _) = recv(&rx).0.expect("SWAPDB freed the name in db 0");
+    assert_eq!(token, b"w");
+    ok(&mut c, &rcmd!("SELECT", 1));
+    assert_eq!(info_some(&mut c, "sw").token, b"holder");
+}
+
+#[test]
+fn waiters_are_told_when_their_server_becomes_a_replica() {
+    let other = Server::start();
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "d", b"holder", 60_000);
+    let mut w = s.conn();
+    let handle = thread::spawn(move || {
+        run(
+            &mut w,
+            &rcmd!("LOCK.ACQUIRE", "d", "w", "PX", 1000, "BLOCK", 0),
+        )
+    });
+    wait_waiters(&mut c, "d", 1);
+    ok(&mut c, &rcmd!("REPLICAOF", "127.0.0.1", other.port()));
+    let e = handle
+        .join()
+        .unwrap()
+        .expect_err("a demoted server grants nothing");
+    assert!(err_text(&e).starts_with("READONLY"), "{}", err_text(&e));
+    ok(&mut c, &rcmd!("REPLICAOF", "NO", "ONE"));
+}
