@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# redislock benchmark suite (`make bench`).
+#
+# Starts two throw-away redis-server processes on free loopback ports — one
+# with the module just built, one without (for the overhead figure) — runs
+# bench/suite.py against them, and stops them on any exit. Writes
+# bench/results.md (table + machine line) and bench/results-raw.txt.
+#
+# Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
+# BENCH_ONLY=1,2,... to run some pairs only, BENCH_PIN=0 to not pin the
+# server to CPU 0 and the clients to CPU 1.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+MODULE=$ROOT/target/release/libredislock.so
+[ -f "$MODULE" ] || { echo "bench: $MODULE not found; run 'make build' first" >&2; exit 1; }
+for tool in redis-server redis-cli redis-benchmark python3; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool not found" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/redislock-bench.XXXXXX")
+PIDS=()
+
+DRIVER=""
+cleanup() {
+    local pid
+    if [ -n "$DRIVER" ]; then kill "$DRIVER" 2>/dev/null || true; fi
+    for pid in "${PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        # wait up to ~5 s, then insist
+        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -9 "$pid" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# A snapshot of the module: cargo may rebuild it under us while we run.
+cp "$MODULE" "$WORK/libredislock.so"
+
+SERVER_PIN=()
+CLIENT_CPUS=""
+if [ "${BENCH_PIN:-1}" != 0 ] && command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
+    SERVER_PIN=(taskset -c 0)
+    CLIENT_CPUS=1
+    export BENCH_SERVER_CPUS=0
+fi
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_server NAME [extra redis-server args...]; sets PORT
+start_server() {
+    local name=$1; shift
+    mkdir -p "$WORK/$name"
+    local try pid
+    for try in 1 2 3 4 5; do
+        PORT=$(free_port)
+        "${SERVER_PIN[@]}" redis-server --port "$PORT" --bind 127.0.0.1 \
+            --save '' --appendonly no --daemonize no \
+            --dir "$WORK/$name" --dbfilename snapshot.rdb \
+            --enable-debug-command local \
+            --logfile "$WORK/$name.log" "$@" &
+        pid=$!
+        PIDS+=("$pid")
+        for _ in $(seq 100); do
+            if redis-cli -h 127.0.0.1 -p "$PORT" ping >/dev/null 2>&1; then
+                return 0
+            fi
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill "$pid" 2>/dev/null || true
+        echo "bench: $name server did not start on port $PORT (try $try):" >&2
+        tail -n 3 "$WORK/$name.log" >&2 || true
+    done
+    echo "bench: could not start the $name server" >&2
+    exit 1
+}
+
+start_server native --loadmodule "$WORK/libredislock.so"
+NATIVE_PORT=$PORT
+start_server plain
+PLAIN_PORT=$PORT
+
+if ! redis-cli -h 127.0.0.1 -p "$NATIVE_PORT" MODULE LIST | grep -qx redislock; then
+    echo "bench: the module did not load" >&2
+    exit 1
+fi
+echo "bench: server with module on 127.0.0.1:$NATIVE_PORT, without on 127.0.0.1:$PLAIN_PORT"
+
+# In the background, so that a signal runs the trap at once (bash defers
+# traps until a foreground child exits); its exit status is ours.
+python3 "$ROOT/bench/suite.py" \
+    --native-port "$NATIVE_PORT" --plain-port "$PLAIN_PORT" \
+    --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
+    --client-cpus "$CLIENT_CPUS" --only "${BENCH_ONLY:-}" &
+DRIVER=$!
+wait "$DRIVER"
