@@ -13,10 +13,36 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use redis::{Connection, RedisError, Value};
 
-/// How long to wait for a server to come up (or go down).
-const STARTUP_DEADLINE: Duration = Duration::from_secs(10);
-/// Read/write timeout on test connections, so a hung server fails the test instead of hanging it.
-const IO_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long to wait for a server to come up (or go down), times `time_scale()`.
+const STARTUP_DEADLINE_BASE: Duration = Duration::from_secs(10);
+/// Read/write timeout on test connections, so a hung server fails the test instead of hanging it
+/// (times `time_scale()`).
+const IO_TIMEOUT_BASE: Duration = Duration::from_secs(15);
+
+/// Multiplier for the harness's own deadlines and timeouts: `REDISLOCK_TEST_TIME_SCALE` (a
+/// positive integer, default 1), e.g. 20 when `REDIS_SERVER` runs redis-server under valgrind.
+pub fn time_scale() -> u32 {
+    std::env::var("REDISLOCK_TEST_TIME_SCALE")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n: &u32| n >= 1)
+        .unwrap_or(1)
+}
+
+fn startup_deadline() -> Duration {
+    STARTUP_DEADLINE_BASE * time_scale()
+}
+
+fn io_timeout() -> Duration {
+    IO_TIMEOUT_BASE * time_scale()
+}
+
+/// With `REDISLOCK_GRACEFUL_STOP` set, dropping a `Server` first asks it to exit with
+/// `SHUTDOWN NOSAVE` (so a wrapper such as valgrind can write its report), and kills it only if
+/// that fails. By default a dropped server is killed at once.
+fn graceful_stop() -> bool {
+    std::env::var_os("REDISLOCK_GRACEFUL_STOP").is_some_and(|v| !v.is_empty() && v != "0")
+}
 
 static DIR_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
@@ -62,6 +88,21 @@ fn free_port() -> u16 {
     l.local_addr().expect("local addr").port()
 }
 
+/// A free port `p` for a cluster node: `p + 10000` (its cluster bus) must be a port too, and
+/// free at the moment of the check.
+fn free_cluster_port() -> u16 {
+    for _ in 0..1000 {
+        let p = free_port();
+        if p > 1024
+            && u32::from(p) + 10_000 <= 65_535
+            && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        {
+            return p;
+        }
+    }
+    panic!("no free port pair (p, p + 10000) for a cluster node");
+}
+
 /// How to stop a server before restarting it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stop {
@@ -82,6 +123,7 @@ pub struct ServerBuilder {
     example_config: bool,
     module_args: Vec<String>,
     replica_of: Option<u16>,
+    cluster: bool,
 }
 
 impl ServerBuilder {
@@ -131,6 +173,14 @@ impl ServerBuilder {
         self
     }
 
+    /// A Redis Cluster node: `cluster-enabled yes`, its `cluster-config-file` in the server's
+    /// temporary directory, and a port whose cluster bus port (port + 10000) is a valid, free
+    /// port too. The node starts without slots; see `tests/cluster.rs` for building a cluster.
+    pub fn cluster_enabled(mut self) -> Self {
+        self.cluster = true;
+        self
+    }
+
     pub fn start(self) -> Server {
         let replica_of = self.replica_of;
         let mut args = self.args;
@@ -171,6 +221,7 @@ impl ServerBuilder {
             module,
             module_args: self.module_args,
             config_file,
+            cluster: self.cluster,
         };
         server.launch_on_free_port();
         if let Some(master_port) = replica_of {
@@ -188,6 +239,8 @@ pub struct Server {
     module: Option<PathBuf>,
     module_args: Vec<String>,
     config_file: Option<PathBuf>,
+    /// A cluster node (see `ServerBuilder::cluster_enabled`).
+    cluster: bool,
 }
 
 enum LaunchError {
@@ -245,16 +298,40 @@ impl Server {
     fn conn_url(&self, url: &str) -> Connection {
         let client = redis::Client::open(url).expect("client url");
         let con = client
-            .get_connection_with_timeout(IO_TIMEOUT)
+            .get_connection_with_timeout(io_timeout())
             .unwrap_or_else(|e| panic!("connect to {url}: {e}\n{}", self.log_tail(30)));
-        con.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        con.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        con.set_read_timeout(Some(io_timeout())).unwrap();
+        con.set_write_timeout(Some(io_timeout())).unwrap();
         con
     }
 
     /// The server's log file.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// What the server process wrote to its standard error (all runs, restarts included).
+    pub fn stderr_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Lines of the log and of standard error that show a crash, a failed assertion or a Rust
+    /// panic (even one the module caught).
+    pub fn crash_lines(&self) -> Vec<String> {
+        const SIGNS: &[&str] = &[
+            "crashed by signal",
+            "BUG REPORT",
+            "ASSERTION FAILED",
+            "Guru Meditation",
+            "STACK TRACE",
+            "panicked at",
+        ];
+        self.log()
+            .lines()
+            .chain(self.stderr_log().lines())
+            .filter(|l| SIGNS.iter().any(|s| l.contains(s)))
+            .map(str::to_string)
+            .collect()
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
@@ -274,7 +351,7 @@ impl Server {
         self.stop(how);
         // The same port is required (replicas point at it). It was ours a moment ago, so it is
         // normally free; retry briefly in case another test's client grabbed it meanwhile.
-        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let deadline = Instant::now() + startup_deadline();
         loop {
             match self.launch(self.port) {
                 Ok(()) => return,
@@ -302,8 +379,8 @@ impl Server {
         if how != Stop::Kill {
             let mode = if how == Stop::Save { "SAVE" } else { "NOSAVE" };
             if let Ok(client) = redis::Client::open(self.url()) {
-                if let Ok(mut con) = client.get_connection_with_timeout(IO_TIMEOUT) {
-                    let _ = con.set_read_timeout(Some(IO_TIMEOUT));
+                if let Ok(mut con) = client.get_connection_with_timeout(io_timeout()) {
+                    let _ = con.set_read_timeout(Some(io_timeout()));
                     // The reply is normally a closed connection; an error reply means the
                     // shutdown was refused, which the wait below turns into a failure.
                     let r: Result<Value, RedisError> =
@@ -317,7 +394,7 @@ impl Server {
                     }
                 }
             }
-            let deadline = Instant::now() + STARTUP_DEADLINE;
+            let deadline = Instant::now() + startup_deadline();
             loop {
                 match child.try_wait() {
                     Ok(Some(_)) => return,
@@ -342,7 +419,11 @@ impl Server {
     fn launch_on_free_port(&mut self) {
         let mut last = String::new();
         for _ in 0..8 {
-            let port = free_port();
+            let port = if self.cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            };
             match self.launch(port) {
                 Ok(()) => return,
                 Err(LaunchError::PortInUse) => last = format!("port {port} in use"),
@@ -374,11 +455,24 @@ impl Server {
             // Full syncs start at once instead of after the 5 s default delay.
             .args(["--repl-diskless-sync-delay", "0"])
             .arg("--logfile")
-            .arg(self.dir.join("redis.log"))
-            .args(&self.args)
+            .arg(self.dir.join("redis.log"));
+        if self.cluster {
+            cmd.args(["--cluster-enabled", "yes"])
+                .arg("--cluster-config-file")
+                .arg(self.dir.join("nodes.conf"));
+        }
+        // Redis logs to `--logfile`; what the process itself prints (a Rust panic message from
+        // the module, for one) goes to `stderr.log` in the same directory.
+        let stderr = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("stderr.log"))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::null());
+        cmd.args(&self.args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null());
+            .stderr(stderr);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {} (set REDIS_SERVER?): {e}", server_binary()));
@@ -397,7 +491,7 @@ impl Server {
     }
 
     fn wait_ready(&mut self, pid: u32) -> Result<(), LaunchError> {
-        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let deadline = Instant::now() + startup_deadline();
         let url = self.url();
         let mut last_err = String::from("no attempt");
         while Instant::now() < deadline {
@@ -429,7 +523,7 @@ impl Server {
         Err(LaunchError::Failed(format!(
             "server on port {} not ready after {:?} ({last_err})\n{}",
             self.port,
-            STARTUP_DEADLINE,
+            startup_deadline(),
             self.log_tail(30)
         )))
     }
@@ -438,9 +532,9 @@ impl Server {
     fn probe(url: &str) -> Result<String, String> {
         let client = redis::Client::open(url).map_err(|e| e.to_string())?;
         let mut con = client
-            .get_connection_with_timeout(Duration::from_millis(500))
+            .get_connection_with_timeout(Duration::from_millis(500) * time_scale())
             .map_err(|e| e.to_string())?;
-        con.set_read_timeout(Some(Duration::from_secs(2)))
+        con.set_read_timeout(Some(Duration::from_secs(2) * time_scale()))
             .map_err(|e| e.to_string())?;
         let pong: String = redis::cmd("PING")
             .query(&mut con)
@@ -468,7 +562,7 @@ impl Server {
 
     /// Waits until `INFO <section>` shows `name:value`.
     pub fn wait_info(&self, section: &str, name: &str, value: &str) {
-        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let deadline = Instant::now() + startup_deadline();
         loop {
             let got = self.info_field(section, name);
             if got.as_deref() == Some(value) {
@@ -486,7 +580,7 @@ impl Server {
 
     /// Waits for a background AOF rewrite (and any scheduled one) to finish.
     pub fn wait_aof_rewrite_done(&self) {
-        let deadline = Instant::now() + STARTUP_DEADLINE;
+        let deadline = Instant::now() + startup_deadline();
         loop {
             let mut con = self.conn();
             let info: String = redis::cmd("INFO")
@@ -526,8 +620,8 @@ impl Server {
     fn wait_replica_synced(&self, master_port: u16) {
         self.wait_info("replication", "master_link_status", "up");
         let client = redis::Client::open(format!("redis://127.0.0.1:{master_port}/")).unwrap();
-        let mut master = client.get_connection_with_timeout(IO_TIMEOUT).unwrap();
-        master.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        let mut master = client.get_connection_with_timeout(io_timeout()).unwrap();
+        master.set_read_timeout(Some(io_timeout())).unwrap();
         // A replica of a replica (chained replication) cannot run WAIT; its link being up is
         // all there is to wait for.
         let info: String = redis::cmd("INFO")
@@ -546,9 +640,36 @@ impl Server {
     }
 }
 
+impl Server {
+    /// `SHUTDOWN NOSAVE` and a bounded wait for the process to exit; never panics (it runs in
+    /// `Drop`, possibly while a test unwinds).
+    fn shutdown_quietly(&self, child: &mut Child) {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        if let Ok(client) = redis::Client::open(self.url()) {
+            if let Ok(mut con) = client.get_connection_with_timeout(io_timeout()) {
+                let _ = con.set_read_timeout(Some(io_timeout()));
+                let _: Result<Value, RedisError> =
+                    redis::cmd("SHUTDOWN").arg("NOSAVE").query(&mut con);
+            }
+        }
+        let deadline = Instant::now() + startup_deadline();
+        while Instant::now() < deadline {
+            match child.try_wait() {
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                _ => return,
+            }
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
+            if graceful_stop() {
+                self.shutdown_quietly(&mut child);
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -826,4 +947,169 @@ pub fn assert_ttl_close(got: i64, want: i64, slack: i64, what: &str) {
 
 pub fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Raw RESP connections
+// ---------------------------------------------------------------------------------------------
+
+/// A reply read by `RawConn`, exactly as it came on the wire.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resp {
+    Simple(Vec<u8>),
+    Error(Vec<u8>),
+    Int(i64),
+    Bulk(Vec<u8>),
+    Array(Vec<Resp>),
+    /// `$-1`, `*-1` or RESP3 `_`.
+    Nil,
+    /// Anything else RESP3 can send (map, set, double, boolean, verbatim, …), kept as its type
+    /// byte and elements.
+    Other(u8, Vec<Resp>),
+}
+
+/// A plain TCP connection speaking RESP by hand: send a command and walk away, close the socket
+/// while the server is blocked on it, pipeline, or read replies with a strict parser.
+pub struct RawConn {
+    reader: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl RawConn {
+    pub fn connect(server: &Server) -> RawConn {
+        let stream = std::net::TcpStream::connect(("127.0.0.1", server.port()))
+            .unwrap_or_else(|e| panic!("connect to {}: {e}", server.port()));
+        stream.set_read_timeout(Some(io_timeout())).unwrap();
+        stream.set_write_timeout(Some(io_timeout())).unwrap();
+        stream.set_nodelay(true).unwrap();
+        RawConn {
+            reader: std::io::BufReader::new(stream),
+        }
+    }
+
+    pub fn stream(&self) -> &std::net::TcpStream {
+        self.reader.get_ref()
+    }
+
+    /// Sends one command (an array of bulk strings) without reading the reply.
+    pub fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) {
+        use std::io::Write;
+        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
+        for a in args {
+            let a = a.as_ref();
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+        self.reader
+            .get_mut()
+            .write_all(&buf)
+            .expect("write to server");
+    }
+
+    /// Reads one reply; `Err` on a closed connection, a timeout or malformed RESP.
+    pub fn read(&mut self) -> Result<Resp, String> {
+        read_resp(&mut self.reader, 0)
+    }
+
+    /// Sends a command and reads its reply, which must arrive.
+    pub fn call<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Resp {
+        self.send(args);
+        self.read()
+            .unwrap_or_else(|e| panic!("reading the reply: {e}"))
+    }
+
+    /// `CLIENT ID` of this connection.
+    pub fn client_id(&mut self) -> i64 {
+        match self.call(&["CLIENT", "ID"]) {
+            Resp::Int(id) => id,
+            other => panic!("CLIENT ID answered {other:?}"),
+        }
+    }
+
+    /// Closes both directions at once.
+    pub fn close(self) {
+        let _ = self.stream().shutdown(std::net::Shutdown::Both);
+    }
+}
+
+fn read_line(r: &mut dyn std::io::BufRead) -> Result<Vec<u8>, String> {
+    let mut line = Vec::new();
+    let n = r.read_until(b'\n', &mut line).map_err(|e| e.to_string())?;
+    if n == 0 {
+        return Err("connection closed".into());
+    }
+    if !line.ends_with(b"\r\n") {
+        return Err(format!("line without CRLF: {:?}", lossy(&line)));
+    }
+    line.truncate(line.len() - 2);
+    Ok(line)
+}
+
+fn parse_len(raw: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(raw)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad length or integer {:?}", lossy(raw)))
+}
+
+/// A strict RESP2/RESP3 reader.
+pub fn read_resp(r: &mut dyn std::io::BufRead, depth: usize) -> Result<Resp, String> {
+    if depth > 32 {
+        return Err("reply nested too deeply".into());
+    }
+    let line = read_line(r)?;
+    let (&kind, rest) = line.split_first().ok_or("empty reply line")?;
+    let elements = |r: &mut dyn std::io::BufRead, n: i64| -> Result<Vec<Resp>, String> {
+        (0..n).map(|_| read_resp(r, depth + 1)).collect()
+    };
+    Ok(match kind {
+        b'+' => Resp::Simple(rest.to_vec()),
+        b'-' => Resp::Error(rest.to_vec()),
+        b':' => Resp::Int(parse_len(rest)?),
+        b'_' => Resp::Nil,
+        b'$' | b'=' | b'!' => {
+            let n = parse_len(rest)?;
+            if n == -1 && kind == b'$' {
+                return Ok(Resp::Nil);
+            }
+            if n < 0 {
+                return Err(format!("negative bulk length {n}"));
+            }
+            let mut body = vec![0u8; n as usize + 2];
+            std::io::Read::read_exact(r, &mut body).map_err(|e| e.to_string())?;
+            if !body.ends_with(b"\r\n") {
+                return Err("bulk string without CRLF".into());
+            }
+            body.truncate(n as usize);
+            match kind {
+                b'$' => Resp::Bulk(body),
+                b'!' => Resp::Error(body),
+                _ => Resp::Other(kind, vec![Resp::Bulk(body)]),
+            }
+        }
+        b'*' | b'~' | b'>' => {
+            let n = parse_len(rest)?;
+            if n == -1 && kind == b'*' {
+                return Ok(Resp::Nil);
+            }
+            if n < 0 {
+                return Err(format!("negative array length {n}"));
+            }
+            let items = elements(r, n)?;
+            if kind == b'*' {
+                Resp::Array(items)
+            } else {
+                Resp::Other(kind, items)
+            }
+        }
+        b'%' | b'|' => {
+            let n = parse_len(rest)?;
+            if n < 0 {
+                return Err(format!("negative map length {n}"));
+            }
+            Resp::Other(kind, elements(r, 2 * n)?)
+        }
+        b',' | b'#' | b'(' => Resp::Other(kind, vec![Resp::Simple(rest.to_vec())]),
+        other => return Err(format!("unknown reply type {:?}", other as char)),
+    })
 }

@@ -1,0 +1,568 @@
+//! Redlock over redislock's native commands: a reference implementation in Rust (the `redis`
+//! crate, sync API).
+//!
+//! ```text
+//! cargo run --release --example redlock -- 7001 7002 7003 7004 7005   # ports on 127.0.0.1
+//! cargo run --release --example redlock -- 10.0.0.1:6379 10.0.0.2:6379 10.0.0.3:6379
+//! ```
+//!
+//! The demo acquires `demo:redlock` on the given independent masters (each loading the
+//! redislock module), writes to a fenced resource, extends the lock, shows that a second client
+//! cannot take it, and releases it. `tests/redlock.rs` compiles this same file and tests it.
+//!
+//! # The algorithm
+//!
+//! [`Redlock`] talks to N independent Redis masters (not replicas of each other), in a fixed
+//! order that every client must share:
+//!
+//! 1. Pick one random token (128 bits, hex) for this acquisition.
+//! 2. Send `LOCK.ACQUIRE resource token PX ttl` to every instance in turn, with connect and
+//!    read timeouts much smaller than the TTL, so that a dead instance costs little.
+//! 3. The lock is acquired if a majority (N/2 + 1) granted it and time is left: the validity is
+//!    `ttl - elapsed - drift`, with `drift = ttl * 0.01 + 2 ms` for the clock rate differences
+//!    between the servers and this client.
+//! 4. Otherwise release it on *every* instance (also on those whose reply was lost, which may
+//!    have granted it) and retry after a random delay, a few times.
+//! 5. Extend with `LOCK.EXTEND` on every instance: the extension holds if a majority extended
+//!    it in time. Release with `LOCK.RELEASE` on every instance.
+//!
+//! # What the native commands add
+//!
+//! - **Safe retries after a lost reply.** `LOCK.ACQUIRE` with the token that already holds the
+//!   lock grants it again (resetting its TTL) and returns the same fence. When a reply is lost
+//!   (a read timeout, a dropped connection), the command may or may not have run; this client
+//!   resends it once on a fresh connection, and either way it ends up holding the instance with
+//!   the one fence that instance issued. With `SET key token NX PX ttl`, the retry would fail
+//!   on the client's own lock and the instance would be counted as lost.
+//! - **A fence per instance.** Each grant returns that instance's fencing token, increasing per
+//!   lock name on that instance (across releases, expiry, restarts and failovers of that
+//!   instance). [`Lock::fences`] keeps them in the instances' order; fences of different
+//!   instances are not comparable with each other. [`FenceRecord`] shows how a resource can use
+//!   them: any two holders' majorities share an instance, where the later holder's fence is
+//!   larger, so a resource that rejects a fence below the highest it accepted *from the same
+//!   instance* rejects every superseded holder.
+//! - Atomic release and extend by token, without Lua scripts; `LOCK.INFO` to inspect.
+//!
+//! # What they cannot fix
+//!
+//! Redlock's mutual exclusion rests on timing: bounded clock drift between the servers (a
+//! server whose clock jumps forward expires a lock early), bounded process pauses and network
+//! delays of the client (a holder paused by GC, swapping or a stopped VM for longer than the
+//! validity still believes it holds the lock), and instances that do not lose grants (restart
+//! a crashed instance with AOF `appendfsync always`, or only after the longest TTL has
+//! passed). No command sent to the servers can repair any of this: the holder cannot learn
+//! that it was paused. So **check the fencing tokens at the resource** (see [`FenceRecord`]):
+//! the check does not depend on timing, and survives an instance that lost a grant in a
+//! restart, since its fences after the restart exceed those before. Where the resource can
+//! check only one number, prefer a single master with replicas to Redlock: its fences form one
+//! increasing sequence per lock, across failovers too.
+
+use std::fmt;
+use std::io::Read;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use redis::{Client, Connection, RedisError, Value};
+
+/// Tunables of a [`Redlock`].
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Time allowed to connect to one instance.
+    pub connect_timeout: Duration,
+    /// Time allowed for one instance to answer one command.
+    pub io_timeout: Duration,
+    /// Attempts of [`Redlock::lock`] before giving up (at least 1).
+    pub retry_count: u32,
+    /// Upper bound of the random delay between attempts.
+    pub retry_delay_max: Duration,
+    /// Clock drift allowance, as a fraction of the TTL (plus 2 ms).
+    pub clock_drift_factor: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            connect_timeout: Duration::from_millis(50),
+            io_timeout: Duration::from_millis(50),
+            retry_count: 3,
+            retry_delay_max: Duration::from_millis(200),
+            clock_drift_factor: 0.01,
+        }
+    }
+}
+
+/// A Redlock held on a majority of the instances.
+#[derive(Clone, Debug)]
+pub struct Lock {
+    pub resource: String,
+    /// The token used on every instance.
+    pub token: String,
+    /// Each instance's fence, in the order the instances were given; `None` where the instance
+    /// did not grant (or did not answer).
+    pub fences: Vec<Option<i64>>,
+    /// When the validity started counting: the start of the acquisition (or extension) attempt.
+    pub since: Instant,
+    /// How long the lock is valid from `since`.
+    pub validity: Duration,
+}
+
+impl Lock {
+    /// Validity left now (zero when lost).
+    pub fn remaining(&self) -> Duration {
+        self.validity.saturating_sub(self.since.elapsed())
+    }
+
+    /// Number of instances that granted the lock.
+    pub fn granted(&self) -> usize {
+        self.fences.iter().filter(|f| f.is_some()).count()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedlockError {
+    /// Fewer than a majority granted the lock in time, in every attempt.
+    NoQuorum {
+        /// Grants in the last attempt.
+        granted: usize,
+        quorum: usize,
+        attempts: u32,
+    },
+    /// An extension reached fewer than a majority in time, or the lock's validity had already
+    /// ended: the lock must be considered lost.
+    Lost { extended: usize, quorum: usize },
+    /// A bad argument (no instance, a TTL too short to cover the drift, an empty resource).
+    Invalid(String),
+}
+
+impl fmt::Display for RedlockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedlockError::NoQuorum {
+                granted,
+                quorum,
+                attempts,
+            } => write!(
+                f,
+                "lock not acquired: {granted} grant(s), {quorum} needed, after {attempts} attempt(s)"
+            ),
+            RedlockError::Lost { extended, quorum } => write!(
+                f,
+                "lock lost: extended on {extended} instance(s), {quorum} needed"
+            ),
+            RedlockError::Invalid(why) => write!(f, "invalid Redlock call: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for RedlockError {}
+
+/// Why a command did not get an answer from an instance.
+enum CallError {
+    /// No connection (refused, timed out): the command was not sent.
+    Connect,
+    /// Sent, but the reply was lost (timeout, dropped connection): it may have run.
+    LostReply,
+    /// The server answered an error (`OOM`, `LOADING`, `READONLY`, …).
+    Server,
+}
+
+/// One Redis master and its connection, opened on demand and dropped after an I/O error.
+struct Instance {
+    /// `host:port`, for messages.
+    addr: String,
+    client: Option<Client>,
+    conn: Option<Connection>,
+}
+
+impl Instance {
+    fn new(addr: &str) -> Instance {
+        let url = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("redis://{addr}/")
+        };
+        Instance {
+            addr: addr.to_string(),
+            client: Client::open(url).ok(),
+            conn: None,
+        }
+    }
+
+    fn query(&mut self, cmd: &redis::Cmd, opts: &Options) -> Result<Value, CallError> {
+        if self.conn.is_none() {
+            let client = self.client.clone().ok_or(CallError::Connect)?;
+            let con = connect(client, opts.connect_timeout).ok_or(CallError::Connect)?;
+            con.set_read_timeout(Some(opts.io_timeout))
+                .map_err(|_| CallError::Connect)?;
+            con.set_write_timeout(Some(opts.io_timeout))
+                .map_err(|_| CallError::Connect)?;
+            self.conn = Some(con);
+        }
+        let con = self.conn.as_mut().expect("connected above");
+        match cmd.query::<Value>(con) {
+            Ok(v) => Ok(v),
+            Err(e) if is_server_error(&e) => Err(CallError::Server),
+            Err(_) => {
+                // The stream may hold a late reply: never reuse this connection.
+                self.conn = None;
+                Err(CallError::LostReply)
+            }
+        }
+    }
+
+    /// Runs `cmd`; if its reply is lost, sends it once more on a fresh connection. Only for
+    /// commands that are safe to repeat (all of `LOCK.*` with a fixed token are).
+    fn query_retrying(&mut self, cmd: &redis::Cmd, opts: &Options) -> Option<Value> {
+        match self.query(cmd, opts) {
+            Ok(v) => Some(v),
+            Err(CallError::LostReply) => self.query(cmd, opts).ok(),
+            Err(CallError::Connect | CallError::Server) => None,
+        }
+    }
+}
+
+/// Connects within `timeout`, handshake included.
+///
+/// The `redis` crate's `get_connection_with_timeout` bounds only the TCP connect; the
+/// handshake that follows (`CLIENT SETINFO`) reads without a timeout, so a server that accepts
+/// but does not answer (stopped, stalled, overloaded) would block the caller. The connection is
+/// therefore made on a helper thread, abandoned if it is late (it ends when the server answers
+/// or closes).
+fn connect(client: Client, timeout: Duration) -> Option<Connection> {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(client.get_connection_with_timeout(timeout));
+    });
+    rx.recv_timeout(timeout).ok()?.ok()
+}
+
+fn is_server_error(e: &RedisError) -> bool {
+    !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
+}
+
+/// A Redlock client over N independent masters that load the redislock module.
+///
+/// Not shared between threads: give each thread its own (they hold connections).
+pub struct Redlock {
+    instances: Vec<Instance>,
+    opts: Options,
+    rng: XorShift,
+}
+
+impl Redlock {
+    /// Instances as `host:port` or `redis://` URLs. Every client of a resource must list the
+    /// same instances in the same order (the fences are matched by position).
+    pub fn new<S: AsRef<str>>(addrs: &[S]) -> Redlock {
+        Redlock::with_options(addrs, Options::default())
+    }
+
+    pub fn with_options<S: AsRef<str>>(addrs: &[S], opts: Options) -> Redlock {
+        Redlock {
+            instances: addrs.iter().map(|a| Instance::new(a.as_ref())).collect(),
+            opts,
+            rng: XorShift::seeded(),
+        }
+    }
+
+    /// Majority of the instances.
+    pub fn quorum(&self) -> usize {
+        self.instances.len() / 2 + 1
+    }
+
+    /// The instances, as given.
+    pub fn addrs(&self) -> Vec<&str> {
+        self.instances.iter().map(|i| i.addr.as_str()).collect()
+    }
+
+    fn drift(&self, ttl: Duration) -> Duration {
+        ttl.mul_f64(self.opts.clock_drift_factor) + Duration::from_millis(2)
+    }
+
+    /// Acquires `resource` for `ttl` with a new random token, retrying up to
+    /// `Options::retry_count` times.
+    pub fn lock(&mut self, resource: &str, ttl: Duration) -> Result<Lock, RedlockError> {
+        let token = random_token();
+        self.lock_with_token(resource, &token, ttl)
+    }
+
+    /// [`lock`](Self::lock) with a token chosen by the caller. Calling it again with the token
+    /// of a lock still held re-grants it with the same fences: a caller that lost track of an
+    /// acquisition (say, its own timeout fired) can repeat it safely. When it fails, the token's
+    /// lock is released on every instance.
+    pub fn lock_with_token(
+        &mut self,
+        resource: &str,
+        token: &str,
+        ttl: Duration,
+    ) -> Result<Lock, RedlockError> {
+        if self.instances.is_empty() {
+            return Err(RedlockError::Invalid("no instance".into()));
+        }
+        if resource.is_empty() || token.is_empty() {
+            return Err(RedlockError::Invalid("empty resource or token".into()));
+        }
+        let ttl_ms = ttl.as_millis() as u64;
+        if ttl <= self.drift(ttl) || ttl_ms == 0 {
+            return Err(RedlockError::Invalid(format!(
+                "TTL {ttl:?} does not cover the clock drift allowance"
+            )));
+        }
+        let attempts = self.opts.retry_count.max(1);
+        let mut granted = 0;
+        for attempt in 1..=attempts {
+            let since = Instant::now();
+            let cmd = {
+                let mut c = redis::cmd("LOCK.ACQUIRE");
+                c.arg(resource).arg(token).arg("PX").arg(ttl_ms);
+                c
+            };
+            let mut fences = Vec::with_capacity(self.instances.len());
+            for inst in &mut self.instances {
+                let fence = match inst.query_retrying(&cmd, &self.opts) {
+                    Some(Value::Array(items)) => match items.as_slice() {
+                        [_, Value::Int(f)] => Some(*f),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                fences.push(fence);
+            }
+            granted = fences.iter().filter(|f| f.is_some()).count();
+            let used = since.elapsed() + self.drift(ttl);
+            if granted >= self.quorum() && ttl > used {
+                return Ok(Lock {
+                    resource: resource.to_string(),
+                    token: token.to_string(),
+                    fences,
+                    since,
+                    validity: ttl - used,
+                });
+            }
+            // Not acquired: release everywhere, including where the reply was lost.
+            self.release_all(resource, token);
+            if attempt < attempts {
+                let max = self.opts.retry_delay_max.as_micros() as u64;
+                let delay = if max == 0 { 0 } else { self.rng.next() % max };
+                thread::sleep(Duration::from_micros(delay));
+            }
+        }
+        Err(RedlockError::NoQuorum {
+            granted,
+            quorum: self.quorum(),
+            attempts,
+        })
+    }
+
+    /// Sets the lock's remaining time to `ttl` on every instance where it still holds. It stays
+    /// held if a majority extended it in time; its validity then restarts from this call. On
+    /// error the lock is lost: stop using the resource (and call [`unlock`](Self::unlock)).
+    pub fn extend(&mut self, lock: &mut Lock, ttl: Duration) -> Result<(), RedlockError> {
+        let quorum = self.quorum();
+        if lock.remaining().is_zero() {
+            return Err(RedlockError::Lost {
+                extended: 0,
+                quorum,
+            });
+        }
+        let since = Instant::now();
+        let mut cmd = redis::cmd("LOCK.EXTEND");
+        cmd.arg(&lock.resource)
+            .arg(&lock.token)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64);
+        let mut extended = 0;
+        for inst in &mut self.instances {
+            if let Some(Value::Int(1)) = inst.query_retrying(&cmd, &self.opts) {
+                extended += 1;
+            }
+        }
+        let used = since.elapsed() + self.drift(ttl);
+        if extended >= quorum && ttl > used {
+            lock.since = since;
+            lock.validity = ttl - used;
+            Ok(())
+        } else {
+            Err(RedlockError::Lost { extended, quorum })
+        }
+    }
+
+    /// Releases the lock on every instance; returns on how many it was still held.
+    pub fn unlock(&mut self, lock: &Lock) -> usize {
+        self.release_all(&lock.resource, &lock.token)
+    }
+
+    fn release_all(&mut self, resource: &str, token: &str) -> usize {
+        let mut cmd = redis::cmd("LOCK.RELEASE");
+        cmd.arg(resource).arg(token);
+        let mut released = 0;
+        for inst in &mut self.instances {
+            if let Some(Value::Int(1)) = inst.query_retrying(&cmd, &self.opts) {
+                released += 1;
+            }
+        }
+        released
+    }
+}
+
+/// What a fenced resource remembers for one Redlock resource: the highest fence it accepted from
+/// each instance (by position).
+///
+/// Check and record atomically with the write itself (in the same database transaction, or a
+/// conditional write). A holder whose lock was superseded shares at least one instance with
+/// the newer holder's majority, where its fence is lower, so its writes are rejected.
+#[derive(Clone, Debug, Default)]
+pub struct FenceRecord {
+    highest: Vec<i64>,
+}
+
+impl FenceRecord {
+    pub fn new() -> FenceRecord {
+        FenceRecord::default()
+    }
+
+    /// Accepts a write from a holder with these fences (one per instance, `None` where it did
+    /// not grant) if none is below the highest accepted from the same instance, and records
+    /// them. Returns whether the write may proceed.
+    pub fn accept(&mut self, fences: &[Option<i64>]) -> bool {
+        if self.highest.len() < fences.len() {
+            self.highest.resize(fences.len(), 0);
+        }
+        let stale = fences
+            .iter()
+            .zip(&self.highest)
+            .any(|(f, h)| f.is_some_and(|f| f < *h));
+        if stale {
+            return false;
+        }
+        for (f, h) in fences.iter().zip(self.highest.iter_mut()) {
+            if let Some(f) = f {
+                *h = (*h).max(*f);
+            }
+        }
+        true
+    }
+}
+
+/// 16 random bytes as 32 hex characters: from `/dev/urandom`, or else from a xorshift generator
+/// seeded with the time, the process id and a counter.
+pub fn random_token() -> String {
+    let mut bytes = [0u8; 16];
+    let from_os = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !from_os {
+        let mut rng = XorShift::seeded();
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// xorshift64* : small, fast, not cryptographic (retry delays, and tokens only without
+/// `/dev/urandom`).
+struct XorShift(u64);
+
+impl XorShift {
+    fn seeded() -> XorShift {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let seed =
+            nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        XorShift(seed | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// The demo: `redlock <port|host:port>…`.
+fn main() -> ExitCode {
+    let addrs: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|a| {
+            if a.contains(':') {
+                a
+            } else {
+                format!("127.0.0.1:{a}")
+            }
+        })
+        .collect();
+    if addrs.is_empty() {
+        eprintln!("usage: redlock <port|host:port>...   (independent masters with redislock)");
+        return ExitCode::from(2);
+    }
+    match demo(&addrs) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("redlock demo: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn demo(addrs: &[String]) -> Result<(), RedlockError> {
+    let resource = "demo:redlock";
+    let ttl = Duration::from_secs(10);
+    let mut client = Redlock::new(addrs);
+    println!(
+        "instances: {} (quorum {})",
+        client.addrs().join(", "),
+        client.quorum()
+    );
+    let mut lock = client.lock(resource, ttl)?;
+    println!(
+        "acquired {resource} with token {} on {} instance(s), valid for {:?}",
+        lock.token,
+        lock.granted(),
+        lock.remaining()
+    );
+    for (addr, fence) in client.addrs().iter().zip(&lock.fences) {
+        match fence {
+            Some(f) => println!("  {addr}: fence {f}"),
+            None => println!("  {addr}: no grant"),
+        }
+    }
+
+    let mut resource_fences = FenceRecord::new();
+    println!(
+        "resource accepts the holder's write: {}",
+        resource_fences.accept(&lock.fences)
+    );
+
+    let mut other = Redlock::with_options(
+        addrs,
+        Options {
+            retry_count: 2,
+            ..Options::default()
+        },
+    );
+    match other.lock(resource, ttl) {
+        Ok(l) => {
+            other.unlock(&l);
+            return Err(RedlockError::Invalid(
+                "a second client acquired a held lock".into(),
+            ));
+        }
+        Err(e) => println!("a second client cannot take it: {e}"),
+    }
+
+    client.extend(&mut lock, ttl)?;
+    println!("extended: valid for {:?}", lock.remaining());
+    let released = client.unlock(&lock);
+    println!("released on {released} instance(s)");
+    Ok(())
+}
