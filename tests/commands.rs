@@ -1096,3 +1096,35 @@ fn the_example_config_loads_the_module() {
     assert_eq!(token.len(), 32);
     assert_eq!(info_some(&mut c, "demo").fence, fence);
 }
+
+#[test]
+fn odd_bytes_in_an_unknown_option_and_late_ttl_overflow_are_plain_errors() {
+    let s = Server::start();
+    let mut c = s.conn();
+    ok(&mut c, &rcmd!("RPUSH", "list", "a"));
+    grant(&mut c, "busy", b"holder", 60_000);
+    // The option is echoed in the error: any bytes must give a clean one-line error.
+    for opt in ["\u{100}", "x\u{10a}y", "\u{4e00}"] {
+        let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 100, opt));
+        assert!(e.starts_with("ERR syntax error: unknown option"), "{e}");
+        assert!(e.is_ascii(), "{e:?}");
+        ping(&mut c);
+    }
+    // A TTL that fits in milliseconds but overflows once added to the clock is an argument error
+    // whoever holds the lock and whatever the key holds.
+    for cmd in [
+        rcmd!("LOCK.ACQUIRE", "free", "t", "PX", i64::MAX),
+        rcmd!("LOCK.ACQUIRE", "busy", "other", "PX", i64::MAX, "BLOCK", 0),
+        rcmd!("LOCK.ACQUIRE", "list", "t", "PX", i64::MAX),
+        rcmd!("LOCK.EXTEND", "busy", "other", "PX", i64::MAX),
+    ] {
+        let e = err(&mut c, &cmd);
+        assert!(
+            e.starts_with("ERR invalid expire time"),
+            "{}: {e}",
+            describe(&cmd)
+        );
+    }
+    assert!(!exists(&mut c, "free"));
+    assert_eq!(info_some(&mut c, "busy").waiters, 0);
+}

@@ -140,10 +140,16 @@ fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
 fn unknown(name: &[u8]) -> LockError {
     const SHOWN: usize = 64;
     let shown = &name[..name.len().min(SHOWN)];
-    // Keep the error a single printable line whatever the client sent.
-    let text: String = String::from_utf8_lossy(shown)
-        .chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+    // Keep the error a single printable ASCII line whatever the client sent.
+    let text: String = shown
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '?'
+            }
+        })
         .collect();
     LockError::UnknownOption(text)
 }
@@ -405,6 +411,20 @@ mod tests {
         let mut buf = [0u8; 20];
         for n in [0, 7, 10, 1_700_000_000_000, u64::MAX] {
             assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn unknown_option_is_ascii() {
+        let a = [
+            b"lock.info".to_vec(),
+            b"k".to_vec(),
+            b"t".to_vec(),
+            "x\u{100}y".as_bytes().to_vec(),
+        ];
+        match parse_extend(&a) {
+            Err(LockError::UnknownOption(s)) => assert_eq!(s, "x??y"),
+            other => panic!("{other:?}"),
         }
     }
 

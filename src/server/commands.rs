@@ -32,6 +32,9 @@ pub fn acquire(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_acquire(argv)?;
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
+    // Checked before the key is looked at: a TTL that overflows once added
+    // to the clock is an argument error, whoever holds the lock.
+    let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
     let mut key = LockKey::open(ctx, name, true);
     let generated;
@@ -55,10 +58,10 @@ pub fn acquire(call: &Call) -> Reply {
         AcquireDecision::Busy => {
             return Ok(match req.block_ms {
                 Some(timeout) if ffi::may_block(ctx) => {
-                    let expire_at = key.expire_at();
+                    let held_until = key.expire_at();
                     drop(key);
                     let timeout = limits::block_timeout(timeout, config::max_block_ms());
-                    waiting::block(ctx, name, token, ttl_ms, timeout, expire_at);
+                    waiting::block(ctx, name, token, ttl_ms, timeout, held_until);
                     RedisValue::NoReply
                 }
                 _ => {
@@ -68,8 +71,6 @@ pub fn acquire(call: &Call) -> Reply {
             });
         }
         AcquireDecision::Regrant { fence } => {
-            let expire_at =
-                lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
             key.set_expire_at(expire_at);
             drop(key);
             ffi::replicate_expire_at(ctx, name, expire_at);
@@ -79,8 +80,6 @@ pub fn acquire(call: &Call) -> Reply {
             fence
         }
         AcquireDecision::Grant => {
-            let expire_at =
-                lock::expiry_at(ffi::now_ms(), req.ttl_ms).ok_or(LockError::InvalidTtl)?;
             let fence = state::with_clock(|c| c.next_fence(ffi::now_ms()))
                 .ok_or(LockError::FenceExhausted)?;
             key.set_lock(LockRef::new(token, fence));
@@ -117,13 +116,13 @@ pub fn extend(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_extend(argv)?;
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
+    let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
     let mut key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
         stats::EXTENDS_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_expire_at(ctx, name, expire_at);

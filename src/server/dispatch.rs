@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use redis_module::{raw, Context, RedisString, RedisValue};
 
 use crate::core::errors::LockError;
-use crate::server::{commands, ffi, guard};
+use crate::server::{commands, ffi, guard, reply};
 
 /// What a handler answers: a value to reply with (or `NoReply` when it
 /// replied itself or blocked the client), or an error reply.
@@ -67,8 +67,10 @@ fn dispatch(
         argv: slices,
         raw: raw_args,
     };
-    let result = guard::command(|| handler(&call));
-    ctx.reply(result) as c_int
+    match guard::command(|| handler(&call)) {
+        Ok(value) => ctx.reply(Ok(value)) as c_int,
+        Err(e) => reply::error(&ctx, &e) as c_int,
+    }
 }
 
 /// An `extern "C"` entry point for one handler.

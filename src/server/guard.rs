@@ -4,26 +4,18 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use redis_module::{RedisError, RedisResult};
+use redis_module::RedisValue;
 
 use crate::core::errors::LockError;
 
 /// Runs a command handler; a panic becomes `ERR internal error …`.
 pub fn command(
-    handler: impl FnOnce() -> Result<redis_module::RedisValue, LockError>,
-) -> RedisResult {
-    match catch_unwind(AssertUnwindSafe(handler)) {
-        Ok(Ok(value)) => Ok(value),
-        Ok(Err(e)) => Err(to_redis(e)),
-        Err(_) => Err(to_redis(LockError::Internal)),
-    }
+    handler: impl FnOnce() -> Result<RedisValue, LockError>,
+) -> Result<RedisValue, LockError> {
+    catch_unwind(AssertUnwindSafe(handler)).unwrap_or(Err(LockError::Internal))
 }
 
 /// Runs a callback that has no reply; a panic yields `fallback`.
 pub fn callback<T>(fallback: T, f: impl FnOnce() -> T) -> T {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(fallback)
-}
-
-pub fn to_redis(e: LockError) -> RedisError {
-    RedisError::String(e.to_string())
 }

@@ -1,8 +1,10 @@
 //! Replies written straight to the client, without building a value tree.
 
-use std::ffi::c_char;
+use std::ffi::{c_char, CString};
 
 use redis_module::{raw, Context, RedisValue};
+
+use crate::core::errors::LockError;
 
 /// `[token, fence]`, the answer to a successful acquire.
 pub fn grant(ctx: &Context, token: &[u8], fence: u64) -> RedisValue {
@@ -34,4 +36,24 @@ pub enum Field<'a> {
 
 fn bulk(ctx: &Context, bytes: &[u8]) {
     raw::reply_with_string_buffer(ctx.ctx, bytes.as_ptr().cast::<c_char>(), bytes.len());
+}
+
+/// An error reply. Its text is made one printable ASCII line whatever it
+/// holds (an echoed option may carry any bytes), so building the C string
+/// can never fail.
+pub fn error(ctx: &Context, e: &LockError) -> raw::Status {
+    let text: Vec<u8> = e
+        .to_string()
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b
+            } else {
+                b'?'
+            }
+        })
+        .collect();
+    let text = CString::new(text).unwrap_or_default();
+    raw::reply_with_error(ctx.ctx, text.as_ptr());
+    raw::Status::Ok
 }

@@ -294,7 +294,7 @@ fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
                 Refusal::SlotMoved => LockError::SlotMoved,
                 Refusal::Demoted => LockError::ReadOnly,
             };
-            ctx.reply_error_string(&error.to_string());
+            reply::error(ctx, &error);
         }
         Some((Stage::Waiting, _)) | None => {
             raw::reply_with_null(ctx.ctx);
