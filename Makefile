@@ -23,9 +23,17 @@ run: build
 	redis-server redis.conf.example
 
 # Unit tests of the core, then integration tests against real redis-server
-# processes that load the module just built.
+# processes that load the module just built, including tests/clients.rs, which
+# runs the client examples (Python, Node.js, Rust). scripts/clients.sh first
+# installs their libraries and a Valkey 8.1 server into target/pyenv and
+# examples/node/node_modules; the integration tests then run again on Valkey.
 test: build
+	@scripts/clients.sh
 	$(CARGO) test --release
+	@valkey=$$(scripts/valkey.sh) && \
+		echo "# integration tests again, on $$("$$valkey" --version | cut -d' ' -f1-3)" && \
+		echo "REDIS_SERVER=$$valkey $(CARGO) test --release --test '*'" && \
+		REDIS_SERVER="$$valkey" $(CARGO) test --release --test '*'
 
 lint:
 	$(CARGO) fmt --check
@@ -40,3 +48,11 @@ clean:
 .PHONY: bench
 bench: build
 	bench/run.sh
+
+# Long reliability runs (scripts/stress.sh): the torture test for minutes, the fuzz/
+# targets (random driver, and libFuzzer via cargo-fuzz), the command fuzzer with many
+# more cases, and an integration subset under valgrind; prints a summary at the end.
+# Under 20 minutes on 2 cores; loopback only.
+.PHONY: stress
+stress: build
+	scripts/stress.sh

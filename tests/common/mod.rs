@@ -928,6 +928,32 @@ pub fn wait_replicas(con: &mut Connection, n: i64) {
     assert!(got >= n, "WAIT {n} 5000 answered {got}");
 }
 
+/// Waits until `replica` has processed everything `master` has put in its replication stream so
+/// far, whoever wrote it: a client, or the module from a timer (the epoch record after a
+/// promotion), which a `WAIT` on a client's connection does not cover.
+pub fn wait_replica_caught_up(master: &Server, replica: &Server) {
+    let offset = |s: &Server| -> i64 {
+        s.info_field("replication", "master_repl_offset")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1)
+    };
+    let target = offset(master);
+    let deadline = Instant::now() + startup_deadline();
+    loop {
+        let got = offset(replica);
+        if got >= target {
+            return;
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "replica at offset {got}, master at {target}\n{}",
+                replica.log_tail(30)
+            );
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Current Unix time in milliseconds.
 pub fn now_ms() -> i64 {
     SystemTime::now()

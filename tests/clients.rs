@@ -1,0 +1,328 @@
+//! The client examples (README "Client examples"), run against a real server with the module:
+//!
+//! - `examples/python/lock_demo.py` (redis-py) with the venv's interpreter, `target/pyenv`;
+//! - `examples/node/lock_demo.js` (ioredis) with `node`, modules from `examples/node/node_modules`;
+//! - `examples/lock_demo.rs` (redis-rs), the Cargo example, built by the test itself.
+//!
+//! `scripts/clients.sh` installs the Python and Node.js libraries (`make test` runs it). A missing
+//! library fails these tests: they never skip. `REDISLOCK_PYTHON` and `REDISLOCK_NODE` select
+//! other interpreters.
+//!
+//! Each example prints the same transcript; the checks below read it line by line and compare it
+//! with the server's own count of the commands the example sent.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// An example that takes longer than this is killed and fails.
+const DEMO_DEADLINE: Duration = Duration::from_secs(60);
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+struct Outcome {
+    success: bool,
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn describe(&self, what: &str) -> String {
+        format!(
+            "{what} exited with {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` with the server's port as its last argument; output goes to files in the server's
+/// directory (no pipe to fill up), and the process is killed after `DEMO_DEADLINE`.
+fn run_demo(server: &Server, name: &str, mut cmd: Command) -> Outcome {
+    let out_path = server.dir().join(format!("{name}.stdout"));
+    let err_path = server.dir().join(format!("{name}.stderr"));
+    cmd.arg(server.port().to_string())
+        .env_remove("REDIS_PORT")
+        .env_remove("REDIS_HOST")
+        .stdin(Stdio::null())
+        .stdout(File::create(&out_path).unwrap())
+        .stderr(File::create(&err_path).unwrap());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {name} ({cmd:?}): {e}"));
+    let deadline = Instant::now() + DEMO_DEADLINE;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let outcome = Outcome {
+        success: status.is_some_and(|s| s.success()),
+        code: status.and_then(|s| s.code()),
+        stdout: std::fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+    };
+    assert!(
+        status.is_some(),
+        "{}\n{}",
+        outcome.describe(&format!("{name} (killed after {DEMO_DEADLINE:?})")),
+        server.log_tail(20)
+    );
+    outcome
+}
+
+// ---------------------------------------------------------------------------------------------
+// The three clients
+// ---------------------------------------------------------------------------------------------
+
+fn python_command() -> Command {
+    let python = std::env::var_os("REDISLOCK_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("target/pyenv/bin/python"));
+    assert!(
+        python.exists(),
+        "no Python venv at {}: run scripts/clients.sh (make test does), or set REDISLOCK_PYTHON",
+        python.display()
+    );
+    let probe = Command::new(&python)
+        .args(["-c", "import redis"])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    assert!(
+        probe.status.success(),
+        "redis-py is not installed for {}: run scripts/clients.sh (make test does)\n{}",
+        python.display(),
+        String::from_utf8_lossy(&probe.stderr)
+    );
+    let mut cmd = Command::new(python);
+    cmd.arg(repo().join("examples/python/lock_demo.py"));
+    cmd
+}
+
+fn node_command() -> Command {
+    let node = std::env::var("REDISLOCK_NODE").unwrap_or_else(|_| "node".to_string());
+    let version = Command::new(&node)
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {node} (Node.js 20 or newer is needed): {e}"));
+    assert!(version.status.success(), "{node} --version failed");
+    let modules = repo().join("examples/node/node_modules/ioredis/package.json");
+    assert!(
+        modules.is_file(),
+        "ioredis is not installed in examples/node: run scripts/clients.sh (make test does)"
+    );
+    let mut cmd = Command::new(node);
+    cmd.arg(repo().join("examples/node/lock_demo.js"));
+    cmd
+}
+
+/// Builds the Cargo example (a no-op after `cargo test`, which builds examples too) with the
+/// profile of this test binary, and returns the command that runs it.
+fn rust_command() -> Command {
+    // This binary is <target>/<profile>/deps/clients-<hash>.
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut build = Command::new(&cargo);
+    build
+        .current_dir(repo())
+        .args(["build", "--quiet", "--example", "lock_demo"]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    let out = build
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
+    assert!(
+        out.status.success(),
+        "cargo build --example lock_demo failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = profile_dir.join("examples/lock_demo");
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    Command::new(bin)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transcript
+// ---------------------------------------------------------------------------------------------
+
+/// The lines of `out` that start with `prefix`, without it.
+fn lines_after<'a>(out: &'a str, prefix: &str) -> Vec<&'a str> {
+    out.lines().filter_map(|l| l.strip_prefix(prefix)).collect()
+}
+
+/// The one line that starts with `prefix`, without it.
+#[track_caller]
+fn line_after<'a>(out: &'a str, prefix: &str) -> &'a str {
+    let found = lines_after(out, prefix);
+    assert_eq!(
+        found.len(),
+        1,
+        "expected one line starting with {prefix:?}:\n{out}"
+    );
+    found[0]
+}
+
+/// `name=value` from a line of `key=value` words.
+#[track_caller]
+fn word<'a>(line: &'a str, name: &str) -> &'a str {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(name).and_then(|r| r.strip_prefix('=')))
+        .unwrap_or_else(|| panic!("no {name}= in {line:?}"))
+}
+
+#[track_caller]
+fn fence(line: &str) -> i64 {
+    let f: i64 = word(line, "fence")
+        .parse()
+        .unwrap_or_else(|_| panic!("fence is not an integer in {line:?}"));
+    assert!(f > 0, "fence must be positive: {line:?}");
+    f
+}
+
+#[track_caller]
+fn assert_generated_token(line: &str) {
+    let t = word(line, "token");
+    assert!(
+        t.len() == 32
+            && t.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "a generated token is 32 lowercase hex characters: {line:?}"
+    );
+}
+
+/// Calls of `cmd` in `INFO commandstats`.
+fn calls(server: &Server, cmd: &str) -> i64 {
+    let stats = server
+        .info_field("commandstats", &format!("cmdstat_{cmd}"))
+        .unwrap_or_default();
+    word(&stats.replace(',', " "), "calls").parse().unwrap()
+}
+
+/// Runs one example against a fresh server and checks its transcript.
+fn check_example(name: &str, cmd: Command) {
+    let s = Server::start();
+    let o = run_demo(&s, name, cmd);
+    let out = o.stdout.as_str();
+    let context = format!("{}\n{}", o.describe(name), s.log_tail(20));
+    assert!(o.success, "{context}");
+    assert_eq!(out.lines().last(), Some("demo OK"), "{context}");
+    assert!(o.stderr.trim().is_empty(), "{context}");
+
+    // 1. acquire with a generated token, two fenced writes, extend, release.
+    let acquired = line_after(out, "acquired: ");
+    assert_generated_token(acquired);
+    let f = fence(acquired);
+    let accepted = lines_after(out, "resource: write with fence ");
+    assert!(
+        accepted.contains(&format!("{f} accepted (part 1)").as_str())
+            && accepted.contains(&format!("{f} accepted (part 2)").as_str()),
+        "both writes of the holder are accepted with fence {f}:\n{out}"
+    );
+    assert!(
+        line_after(out, "extended: ").starts_with("1 (ttl "),
+        "{out}"
+    );
+    assert_eq!(line_after(out, "resource holds: "), "part 1, part 2");
+
+    // 2. the lease runs out: B's fence is larger, and A's late write is rejected.
+    let a = fence(line_after(out, "holder A acquired: "));
+    let b = fence(line_after(out, "holder B acquired: "));
+    assert!(a > f && b > a, "fences increase: {f} < {a} < {b}:\n{out}");
+    assert!(
+        accepted.contains(&format!("{b} accepted (B's report)").as_str()),
+        "{out}"
+    );
+    assert_eq!(
+        lines_after(out, "resource: write with fence ")
+            .iter()
+            .filter(|l| l.contains("rejected"))
+            .collect::<Vec<_>>(),
+        [&format!("{a} rejected (highest seen {b})").as_str()],
+        "exactly A's late write is rejected:\n{out}"
+    );
+    assert_eq!(line_after(out, "stale holder extend: "), "0 (lease lost)");
+
+    // 3. BLOCK: the waiter is queued, then granted on release with a larger fence.
+    let h = fence(line_after(out, "holder acquired: "));
+    assert!(
+        line_after(out, "waiter queued: ").starts_with("waiters=1"),
+        "{out}"
+    );
+    assert_eq!(line_after(out, "holder released: "), "1");
+    let granted = line_after(out, "waiter granted: ");
+    assert_generated_token(granted);
+    let g = fence(granted);
+    assert!(h > b && g > h, "fences increase: {b} < {h} < {g}:\n{out}");
+    let waited: i64 = granted
+        .rsplit_once(" after ")
+        .and_then(|(_, ms)| ms.strip_suffix(" ms"))
+        .and_then(|ms| ms.parse().ok())
+        .unwrap_or_else(|| panic!("no wait time in {granted:?}"));
+    // The holder releases 200 ms after it saw the waiter queued; BLOCK allows 5000 ms.
+    assert!(
+        (150..4_900).contains(&waited),
+        "the waiter waited {waited} ms:\n{out}"
+    );
+    assert_eq!(lines_after(out, "released: ").len(), 3, "{out}");
+
+    // The server saw exactly what the transcript tells, and every lock was released.
+    assert_eq!(calls(&s, "lock.acquire"), 5, "{context}");
+    assert_eq!(calls(&s, "lock.extend"), 2, "{context}");
+    assert_eq!(calls(&s, "lock.release"), 4, "{context}");
+    let mut c = s.conn();
+    assert_eq!(info(&mut c, "demo:report"), None);
+    assert_eq!(info(&mut c, "demo:queue"), None);
+    assert_eq!(dbsize(&mut c), 0);
+}
+
+#[test]
+fn python_example() {
+    check_example("lock_demo.py", python_command());
+}
+
+#[test]
+fn node_example() {
+    check_example("lock_demo.js", node_command());
+}
+
+#[test]
+fn rust_example() {
+    check_example("lock_demo (Rust)", rust_command());
+}
+
+/// Against a server without the module every example reports the unexpected reply (an unknown
+/// command) and exits non-zero.
+#[test]
+fn examples_fail_without_the_module() {
+    let s = Server::builder().without_module().start();
+    for (name, cmd) in [
+        ("lock_demo.py", python_command()),
+        ("lock_demo.js", node_command()),
+        ("lock_demo (Rust)", rust_command()),
+    ] {
+        let o = run_demo(&s, name, cmd);
+        assert!(!o.success, "{}", o.describe(name));
+        assert!(
+            o.stderr.contains("demo FAILED") && o.stderr.to_lowercase().contains("unknown command"),
+            "{}",
+            o.describe(name)
+        );
+        assert!(!o.stdout.contains("demo OK"), "{}", o.describe(name));
+    }
+}
