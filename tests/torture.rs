@@ -1,0 +1,620 @@
+//! Mutual exclusion under stress (reliability spec): many clients, each on its own connection,
+//! contend for a few locks with `BLOCK`, short TTLs, extensions, re-grants and releases, and some
+//! holders deliberately overrun their TTL. Every holder writes to an in-process resource that
+//! checks fences (per lock, a write whose fence is lower than the highest seen is refused).
+//!
+//! Checked, conservatively (only what the timestamps prove is flagged):
+//! - no two holders of one lock are live at once: a holder is live from its grant until it sends
+//!   its release or its lease ends, and its lease is bounded below with the TTL the server
+//!   reports (`LOCK.INFO` right after the grant, or the request time of a successful extension)
+//!   minus a safety margin;
+//! - fences are unique and increase in grant order (a grant whose reply arrived before another
+//!   grant was requested has the smaller fence);
+//! - a live holder's writes, extensions and release succeed; a holder that overran its TTL gets
+//!   `0` from `LOCK.EXTEND` and `LOCK.RELEASE`, and its write is refused once a later holder has
+//!   written;
+//! - grants are spread fairly over the workers.
+//!
+//! `make test` runs it for 8 s with 12 workers. `REDISLOCK_STRESS_SECS` (seconds),
+//! `REDISLOCK_STRESS_WORKERS` and `REDISLOCK_STRESS_SEED` make the long run of `make stress`,
+//! which reads the `TORTURE-SUMMARY` line it prints.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use redis::Connection;
+
+const LOCKS: usize = 3;
+/// How far inside its lease a holder must be before a conflict counts as a violation.
+const MARGIN: Duration = Duration::from_millis(20);
+/// Grants per worker, most over fewest, allowed.
+const FAIRNESS_BOUND: f64 = 3.0;
+
+struct Config {
+    secs: u64,
+    workers: usize,
+    seed: u64,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+fn config() -> Config {
+    Config {
+        secs: env_u64("REDISLOCK_STRESS_SECS").unwrap_or(8).max(1),
+        workers: env_u64("REDISLOCK_STRESS_WORKERS").unwrap_or(12).max(2) as usize,
+        seed: env_u64("REDISLOCK_STRESS_SEED").unwrap_or_else(|| now_ms() as u64),
+    }
+}
+
+/// The fencing-checked resource one lock protects.
+#[derive(Default)]
+struct Resource {
+    /// Highest fence accepted so far.
+    highest: i64,
+    accepted: u64,
+    rejected: u64,
+    /// Latest acquire-request time of any holder that has tried to write.
+    latest_writer_sent: Option<Instant>,
+    /// The holder that last entered, with the end of its safe window.
+    occupant: Option<(i64, usize, Instant)>,
+}
+
+/// One grant, as the worker saw it.
+#[derive(Clone, Debug)]
+struct Hold {
+    lock: usize,
+    worker: usize,
+    fence: i64,
+    /// When the acquire was sent (a lower bound of the grant time).
+    sent: Instant,
+    /// When the grant arrived (an upper bound of the grant time).
+    granted: Instant,
+    /// End of the interval in which the holder provably held the lock, `None` if never shown.
+    live_end: Option<Instant>,
+}
+
+#[derive(Default)]
+struct Stats {
+    grants: AtomicU64,
+    blocked_grants: AtomicU64,
+    timeouts: AtomicU64,
+    extends: AtomicU64,
+    regrants: AtomicU64,
+    releases: AtomicU64,
+    overruns: AtomicU64,
+    stale_rejected: AtomicU64,
+    stale_unverified: AtomicU64,
+    writes: AtomicU64,
+    checks: AtomicU64,
+}
+
+struct Shared {
+    start: Instant,
+    resources: Vec<Mutex<Resource>>,
+    violations: Mutex<Vec<String>>,
+    stats: Stats,
+}
+
+impl Shared {
+    fn violation(&self, msg: String) {
+        let mut v = self.violations.lock().unwrap();
+        if v.len() < 1000 {
+            v.push(msg);
+        }
+    }
+
+    fn at(&self, t: Instant) -> String {
+        format!(
+            "{:.1}ms",
+            t.duration_since(self.start).as_secs_f64() * 1000.0
+        )
+    }
+
+    /// The holder `(fence, worker)` with safe window ending at `safe_until` enters the
+    /// resource of `lock`: another occupant still inside its own safe window is a violation.
+    fn enter(&self, lock: usize, fence: i64, worker: usize, safe_until: Instant) {
+        let mut r = self.resources[lock].lock().unwrap();
+        let now = Instant::now();
+        if now < safe_until {
+            self.stats.checks.fetch_add(1, Ordering::Relaxed);
+            if let Some((f, w, until)) = r.occupant {
+                if f != fence && now < until {
+                    self.violation(format!(
+                        "lock {lock}: worker {worker} (fence {fence}, safe until {}) entered at {} \
+                         while worker {w} (fence {f}) is safe until {}",
+                        self.at(safe_until),
+                        self.at(now),
+                        self.at(until)
+                    ));
+                }
+            }
+        }
+        r.occupant = Some((fence, worker, safe_until));
+    }
+
+    fn leave(&self, lock: usize, fence: i64) {
+        let mut r = self.resources[lock].lock().unwrap();
+        if r.occupant.is_some_and(|(f, _, _)| f == fence) {
+            r.occupant = None;
+        }
+    }
+
+    /// A fenced write; returns whether the resource accepted it and when it was decided.
+    fn write(&self, lock: usize, fence: i64, sent: Instant) -> (bool, Instant) {
+        let mut r = self.resources[lock].lock().unwrap();
+        let now = Instant::now();
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        r.latest_writer_sent = Some(r.latest_writer_sent.map_or(sent, |t| t.max(sent)));
+        if fence >= r.highest {
+            r.highest = fence;
+            r.accepted += 1;
+            (true, now)
+        } else {
+            r.rejected += 1;
+            (false, now)
+        }
+    }
+
+    fn latest_writer_sent(&self, lock: usize) -> Option<Instant> {
+        self.resources[lock].lock().unwrap().latest_writer_sent
+    }
+}
+
+fn key(lock: usize) -> String {
+    format!("torture:{lock}")
+}
+
+/// One worker: contends until `deadline`; returns its grants.
+fn worker(
+    shared: &Shared,
+    con: &mut Connection,
+    id: usize,
+    seed: u64,
+    deadline: Instant,
+) -> Vec<Hold> {
+    let mut rng = StdRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let mut holds = Vec::new();
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        seq += 1;
+        let lock = rng.gen_range(0..LOCKS);
+        let key = key(lock);
+        let token = format!("w{id}-{seq}");
+        let ttl: u64 = rng.gen_range(40..=150);
+        let block: u64 = rng.gen_range(200..=1500);
+        let sent = Instant::now();
+        let reply = run(
+            con,
+            &rcmd!("LOCK.ACQUIRE", &key, &token, "PX", ttl, "BLOCK", block),
+        );
+        let granted = Instant::now();
+        let grant = match reply {
+            Ok(v) => parse_grant(&v),
+            Err(e) => {
+                shared.violation(format!("worker {id}: LOCK.ACQUIRE failed: {e}"));
+                return holds;
+            }
+        };
+        let Some((tok, fence)) = grant else {
+            shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        shared.stats.grants.fetch_add(1, Ordering::Relaxed);
+        if granted.duration_since(sent) > Duration::from_millis(5) {
+            shared.stats.blocked_grants.fetch_add(1, Ordering::Relaxed);
+        }
+        if tok != token.as_bytes() {
+            shared.violation(format!(
+                "worker {id}: granted token {:?}, asked for {token}",
+                lossy(&tok)
+            ));
+        }
+        let mut hold = Hold {
+            lock,
+            worker: id,
+            fence,
+            sent,
+            granted,
+            live_end: None,
+        };
+        // The server-reported TTL bounds the lease from below.
+        let info_sent = Instant::now();
+        let info_reply = match run(con, &rcmd!("LOCK.INFO", &key)) {
+            Ok(v) => parse_info(&v),
+            Err(e) => {
+                shared.violation(format!("worker {id}: LOCK.INFO failed: {e}"));
+                return holds;
+            }
+        };
+        let info_recv = Instant::now();
+        let mut safe_until = match &info_reply {
+            Some(i) if i.token == token.as_bytes() && i.fence == fence && i.ttl > 0 => {
+                let until = info_sent + Duration::from_millis(i.ttl as u64);
+                until.checked_sub(MARGIN).unwrap_or(info_sent)
+            }
+            other => {
+                // Gone already: only possible if the lease could have ended.
+                let lease_floor = sent + Duration::from_millis(ttl);
+                if info_recv + MARGIN < lease_floor {
+                    shared.violation(format!(
+                        "lock {lock}: worker {id} (fence {fence}) lost the lock within its TTL: \
+                         LOCK.INFO at {} shows {other:?}",
+                        shared.at(info_recv)
+                    ));
+                }
+                holds.push(hold);
+                continue;
+            }
+        };
+        let overrun = rng.gen_range(0..100) < 10;
+        shared.enter(lock, fence, id, safe_until);
+        let (ok, at) = shared.write(lock, fence, sent);
+        if !ok && at < safe_until {
+            shared.violation(format!(
+                "lock {lock}: worker {id} (fence {fence}) within its lease had its write refused \
+                 at {}: a larger fence was written",
+                shared.at(at)
+            ));
+        }
+        if overrun {
+            shared.stats.overruns.fetch_add(1, Ordering::Relaxed);
+            hold.live_end = Some(safe_until);
+            overrun_and_check(shared, con, id, &hold, &token, ttl);
+            holds.push(hold);
+            continue;
+        }
+        // Work, with an extension or a re-grant now and then.
+        let action = rng.gen_range(0..100);
+        thread::sleep(Duration::from_millis(rng.gen_range(0..6)));
+        if action < 40 {
+            let ttl2: u64 = rng.gen_range(40..=150);
+            let regrant = action < 10;
+            let t0 = Instant::now();
+            let cmd = if regrant {
+                rcmd!("LOCK.ACQUIRE", &key, &token, "PX", ttl2)
+            } else {
+                rcmd!("LOCK.EXTEND", &key, &token, "PX", ttl2)
+            };
+            let r = run(con, &cmd);
+            let t1 = Instant::now();
+            let success = match &r {
+                Ok(v) if regrant => match parse_grant(v) {
+                    Some((t, f)) if t == token.as_bytes() && f == fence => true,
+                    Some((t, f)) => {
+                        // A new grant with a new fence: only right if the lease had ended.
+                        if t1 < safe_until || t != token.as_bytes() {
+                            shared.violation(format!(
+                                "lock {lock}: worker {id} re-grant at {} answered ({:?}, {f}), \
+                                 expected ({token}, {fence}) (safe until {})",
+                                shared.at(t1),
+                                lossy(&t),
+                                shared.at(safe_until)
+                            ));
+                        }
+                        shared.stats.grants.fetch_add(1, Ordering::Relaxed);
+                        holds.push(Hold {
+                            lock,
+                            worker: id,
+                            fence: f,
+                            sent: t0,
+                            granted: t1,
+                            live_end: None,
+                        });
+                        false
+                    }
+                    None => false,
+                },
+                Ok(v) => as_int(v) == 1,
+                Err(e) => {
+                    shared.violation(format!("worker {id}: extend/re-grant failed: {e}"));
+                    return holds;
+                }
+            };
+            if success {
+                if regrant {
+                    shared.stats.regrants.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    shared.stats.extends.fetch_add(1, Ordering::Relaxed);
+                }
+                // The lease ran continuously up to the extension and now ends no sooner than
+                // its request time plus the new TTL (which may be shorter than before).
+                safe_until = t0 + Duration::from_millis(ttl2) - MARGIN;
+                shared.enter(lock, fence, id, safe_until);
+            } else {
+                if t1 < safe_until {
+                    shared.violation(format!(
+                        "lock {lock}: worker {id} (fence {fence}) {} refused at {} within its \
+                         lease (safe until {})",
+                        if regrant { "re-grant" } else { "extend" },
+                        shared.at(t1),
+                        shared.at(safe_until)
+                    ));
+                }
+                // The lease may be over: stop here, as a holder that lost its lock would.
+                shared.leave(lock, fence);
+                hold.live_end = Some(safe_until.min(t0));
+                holds.push(hold);
+                let _ = run(con, &rcmd!("LOCK.RELEASE", &key, &token));
+                continue;
+            }
+            thread::sleep(Duration::from_millis(rng.gen_range(0..4)));
+            let (ok, at) = shared.write(lock, fence, sent);
+            if !ok && at < safe_until {
+                shared.violation(format!(
+                    "lock {lock}: worker {id} (fence {fence}) had its write refused at {} after \
+                     extending (safe until {})",
+                    shared.at(at),
+                    shared.at(safe_until)
+                ));
+            }
+        }
+        shared.leave(lock, fence);
+        let rel_sent = Instant::now();
+        let released = match run(con, &rcmd!("LOCK.RELEASE", &key, &token)) {
+            Ok(v) => as_int(&v),
+            Err(e) => {
+                shared.violation(format!("worker {id}: LOCK.RELEASE failed: {e}"));
+                return holds;
+            }
+        };
+        let rel_recv = Instant::now();
+        if released == 1 {
+            shared.stats.releases.fetch_add(1, Ordering::Relaxed);
+        } else if rel_recv < safe_until {
+            shared.violation(format!(
+                "lock {lock}: worker {id} (fence {fence}) LOCK.RELEASE answered 0 at {} within \
+                 its lease (safe until {})",
+                shared.at(rel_recv),
+                shared.at(safe_until)
+            ));
+        }
+        hold.live_end = Some(safe_until.min(rel_sent));
+        holds.push(hold);
+    }
+    holds
+}
+
+/// A holder that sleeps past its TTL: its lock must be gone for it, and once a later holder has
+/// written, the resource must refuse its write.
+fn overrun_and_check(
+    shared: &Shared,
+    con: &mut Connection,
+    id: usize,
+    hold: &Hold,
+    token: &str,
+    ttl: u64,
+) {
+    let (lock, fence, granted) = (hold.lock, hold.fence, hold.granted);
+    let key = key(lock);
+    // The grant happened before `granted`, so the lease ended by `lease_ceiling`.
+    let lease_ceiling = granted + Duration::from_millis(ttl);
+    let past = lease_ceiling + Duration::from_millis(25);
+    thread::sleep(past.saturating_duration_since(Instant::now()));
+    for cmd in [
+        rcmd!("LOCK.EXTEND", &key, token, "PX", 1000),
+        rcmd!("LOCK.RELEASE", &key, token),
+    ] {
+        match run(con, &cmd) {
+            Ok(v) if as_int(&v) == 0 => {}
+            other => shared.violation(format!(
+                "lock {lock}: worker {id} (fence {fence}) past its TTL: {} answered {other:?}, \
+                 expected 0",
+                describe(&cmd)
+            )),
+        }
+    }
+    shared.leave(lock, fence);
+    // Wait (bounded) for a holder that asked for the lock after this lease ended to write.
+    let give_up = Instant::now() + Duration::from_millis(400);
+    loop {
+        if shared
+            .latest_writer_sent(lock)
+            .is_some_and(|t| t > lease_ceiling)
+        {
+            let (ok, at) = shared.write(lock, fence, hold.sent);
+            if ok {
+                shared.violation(format!(
+                    "lock {lock}: stale worker {id} (fence {fence}, lease over by {}) had its \
+                     write accepted at {} after a later holder wrote",
+                    shared.at(lease_ceiling),
+                    shared.at(at)
+                ));
+            } else {
+                shared.stats.stale_rejected.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        if Instant::now() > give_up {
+            shared
+                .stats
+                .stale_unverified
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Offline checks over every worker's grants.
+fn analyse(shared: &Shared, holds: &[Hold], workers: usize) -> (usize, usize, f64) {
+    // Fences are unique over all locks (one fence clock per server).
+    let mut seen = HashSet::new();
+    for h in holds {
+        if !seen.insert(h.fence) {
+            shared.violation(format!("fence {} granted twice", h.fence));
+        }
+    }
+    for lock in 0..LOCKS {
+        let mut on: Vec<&Hold> = holds.iter().filter(|h| h.lock == lock).collect();
+        // Live intervals [granted, live_end) must not overlap.
+        on.sort_by_key(|h| h.granted);
+        let mut prev: Option<&Hold> = None;
+        for h in &on {
+            let Some(end) = h.live_end else { continue };
+            if let Some(p) = prev {
+                let p_end = p.live_end.unwrap();
+                if h.granted < p_end {
+                    shared.violation(format!(
+                        "lock {lock}: worker {} (fence {}) live {}..{} overlaps worker {} \
+                         (fence {}) live {}..{}",
+                        h.worker,
+                        h.fence,
+                        shared.at(h.granted),
+                        shared.at(end),
+                        p.worker,
+                        p.fence,
+                        shared.at(p.granted),
+                        shared.at(p_end)
+                    ));
+                }
+                if end > p_end {
+                    prev = Some(h);
+                }
+            } else {
+                prev = Some(h);
+            }
+        }
+        // Grant order: a grant that arrived before another was requested has a smaller fence.
+        let mut by_sent = on.clone();
+        by_sent.sort_by_key(|h| h.sent);
+        let mut i = 0;
+        let mut max_before: Option<&Hold> = None;
+        for h in &by_sent {
+            while i < on.len() && on[i].granted < h.sent {
+                if max_before.is_none_or(|m| on[i].fence > m.fence) {
+                    max_before = Some(on[i]);
+                }
+                i += 1;
+            }
+            if let Some(m) = max_before {
+                if m.fence >= h.fence {
+                    shared.violation(format!(
+                        "lock {lock}: fence {} (worker {}, requested {}) is not above fence {} \
+                         (worker {}, granted by {})",
+                        h.fence,
+                        h.worker,
+                        shared.at(h.sent),
+                        m.fence,
+                        m.worker,
+                        shared.at(m.granted)
+                    ));
+                }
+            }
+        }
+    }
+    // Fairness.
+    let mut per_worker: BTreeMap<usize, usize> = (0..workers).map(|w| (w, 0)).collect();
+    for h in holds {
+        *per_worker.get_mut(&h.worker).unwrap() += 1;
+    }
+    let max = per_worker.values().copied().max().unwrap_or(0);
+    let min = per_worker.values().copied().min().unwrap_or(0);
+    let ratio = if min == 0 {
+        f64::INFINITY
+    } else {
+        max as f64 / min as f64
+    };
+    if ratio > FAIRNESS_BOUND {
+        shared.violation(format!(
+            "unfair: grants per worker {per_worker:?} (max/min {ratio:.2} > {FAIRNESS_BOUND})"
+        ));
+    }
+    (min, max, ratio)
+}
+
+#[test]
+fn mutual_exclusion_under_contention() {
+    let cfg = config();
+    eprintln!(
+        "torture: {} s, {} workers, {LOCKS} locks, seed {} (REDISLOCK_STRESS_SEED)",
+        cfg.secs, cfg.workers, cfg.seed
+    );
+    let server = Server::start();
+    let shared = Arc::new(Shared {
+        start: Instant::now(),
+        resources: (0..LOCKS).map(|_| Mutex::default()).collect(),
+        violations: Mutex::default(),
+        stats: Stats::default(),
+    });
+    let deadline = Instant::now() + Duration::from_secs(cfg.secs);
+    let handles: Vec<_> = (0..cfg.workers)
+        .map(|id| {
+            let shared = Arc::clone(&shared);
+            let mut con = server.conn();
+            let seed = cfg.seed;
+            thread::spawn(move || worker(&shared, &mut con, id, seed, deadline))
+        })
+        .collect();
+    let mut holds = Vec::new();
+    for h in handles {
+        match h.join() {
+            Ok(v) => holds.extend(v),
+            Err(_) => shared.violation("a worker panicked".into()),
+        }
+    }
+    let (min, max, ratio) = analyse(&shared, &holds, cfg.workers);
+
+    // The server is up and idle: no waiter left behind.
+    let mut con = server.conn();
+    ping(&mut con);
+    let waiters = server
+        .info_field("redislock", "redislock_waiters")
+        .unwrap_or_default();
+    if waiters != "0" {
+        shared.violation(format!("{waiters} waiters left after every worker stopped"));
+    }
+    let (accepted, rejected) = shared.resources.iter().fold((0, 0), |(a, r), res| {
+        let res = res.lock().unwrap();
+        (a + res.accepted, r + res.rejected)
+    });
+    let s = &shared.stats;
+    let violations = shared.violations.lock().unwrap();
+    println!(
+        "TORTURE-SUMMARY secs={} workers={} locks={LOCKS} seed={} grants={} blocked_grants={} \
+         timeouts={} extends={} regrants={} releases={} overruns={} stale_rejected={} \
+         stale_unverified={} writes={} accepted={accepted} rejected={rejected} checks={} \
+         per_worker_min={min} per_worker_max={max} fairness={ratio:.2} violations={}",
+        cfg.secs,
+        cfg.workers,
+        cfg.seed,
+        s.grants.load(Ordering::Relaxed),
+        s.blocked_grants.load(Ordering::Relaxed),
+        s.timeouts.load(Ordering::Relaxed),
+        s.extends.load(Ordering::Relaxed),
+        s.regrants.load(Ordering::Relaxed),
+        s.releases.load(Ordering::Relaxed),
+        s.overruns.load(Ordering::Relaxed),
+        s.stale_rejected.load(Ordering::Relaxed),
+        s.stale_unverified.load(Ordering::Relaxed),
+        s.writes.load(Ordering::Relaxed),
+        s.checks.load(Ordering::Relaxed),
+        violations.len()
+    );
+    assert!(
+        s.grants.load(Ordering::Relaxed) >= (cfg.workers as u64) * 5,
+        "too few grants to mean anything"
+    );
+    assert!(
+        violations.is_empty(),
+        "{} violations (seed {}); first ones:\n{}\n{}",
+        violations.len(),
+        cfg.seed,
+        violations
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        server.log_tail(20)
+    );
+}
