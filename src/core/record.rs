@@ -91,7 +91,7 @@ unsafe fn view<'a>(ptr: *const u8) -> LockRef<'a> {
     let header = unsafe { std::slice::from_raw_parts(ptr, HEADER) };
     let fence = u64::from_le_bytes(header[..FENCE].try_into().unwrap_or_default());
     let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default()) as usize;
-    // ...followed by `len` token bytes.
+    // SAFETY: ...followed by `len` token bytes, in the same allocation.
     let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len) };
     LockRef::new(token, fence)
 }
