@@ -10,24 +10,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redis::{Connection, Value};
-
-/// Polls `LOCK.INFO` until `key` has `n` waiters (a state change we can only observe).
-#[track_caller]
-fn wait_waiters(con: &mut Connection, key: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = info(con, key).map_or(0, |i| i.waiters);
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: {now} waiters, expected {n}"
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
-}
+use redis::Value;
 
 /// What a waiter's `LOCK.ACQUIRE` answered (`(token, fence)` or nil), and how long it took.
 type Answer = (Option<(Vec<u8>, i64)>, Duration);

@@ -575,23 +575,6 @@ fn serve_in_order(
     (fence, done)
 }
 
-/// Waits until `LOCK.INFO key` counts `n` waiters.
-#[track_caller]
-fn wait_key_waiters(c: &mut Connection, key: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = info(c, key).map_or(0, |i| i.waiters);
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{key}: {now} waiters, expected {n}"
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
-}
-
 #[test]
 fn waiters_that_die_mid_block_leave_the_queue() {
     let s = Server::start();
@@ -624,7 +607,7 @@ fn waiters_that_die_mid_block_leave_the_queue() {
         }
     }
     // w2 w3 w6 w7 w11 are left (w10 was unblocked).
-    wait_key_waiters(&mut c, key, alive.len() as i64);
+    wait_waiters(&mut c, key, alive.len() as i64);
     assert_eq!(release(&mut c, key, b"holder"), 1);
     let tokens: Vec<String> = alive.iter().map(|(t, _)| t.clone()).collect();
     assert_eq!(tokens, ["w2", "w3", "w6", "w7", "w11"]);
@@ -796,7 +779,7 @@ fn lifecycle_mix() {
             1
         );
         assert!(matches!(unblocked.read().unwrap(), Resp::Error(_)));
-        wait_key_waiters(&mut c3, key, 4);
+        wait_waiters(&mut c3, key, 4);
         assert_eq!(release(&mut c, key, &tok), 1);
         let (t1, f1) = raw_grant(&served.read().unwrap()).expect("served");
         assert!(f1 > f0 && t1.len() == 32);

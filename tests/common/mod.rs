@@ -1139,3 +1139,21 @@ pub fn read_resp(r: &mut dyn std::io::BufRead, depth: usize) -> Result<Resp, Str
         other => return Err(format!("unknown reply type {:?}", other as char)),
     })
 }
+
+/// Polls `LOCK.INFO` until `key` has `n` waiters: a state change in the server that a test can
+/// only observe, within a bounded deadline.
+#[track_caller]
+pub fn wait_waiters(con: &mut Connection, key: &str, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = info(con, key).map_or(0, |i| i.waiters);
+        if now == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key}: {now} waiters, expected {n}"
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+}
