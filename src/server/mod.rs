@@ -21,6 +21,11 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 use datatype::LOCK_TYPE;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    // A panic while loading must refuse the load, not abort the server.
+    guard::callback(Status::Err, || load(ctx, args))
+}
+
+fn load(ctx: &Context, args: &[RedisString]) -> Status {
     // `loadmodule <path> max-ttl 60000 …`: the same settings as redis.conf's
     // `redislock.max-ttl`, applied after it. Checked before any subscription:
     // Redis 7.0 does not remove a failed module's event subscriptions.
