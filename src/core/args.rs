@@ -7,6 +7,7 @@
 use std::ops::Deref;
 
 use super::errors::LockError;
+use super::limits::{MAX_BLOCK_MS, MAX_TTL_MS};
 use super::token::TokenArg;
 
 /// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [BLOCK timeout-ms]`
@@ -56,7 +57,11 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
             if block_ms.is_some() {
                 return Err(LockError::RepeatedOption("BLOCK"));
             }
-            block_ms = Some(parse_non_negative(value).ok_or(LockError::InvalidBlock)?);
+            block_ms = Some(
+                parse_non_negative(value)
+                    .filter(|&ms| ms <= MAX_BLOCK_MS)
+                    .ok_or(LockError::InvalidBlock)?,
+            );
         } else if !ttl.try_take(name, &mut rest)? {
             return Err(unknown(name));
         }
@@ -184,7 +189,7 @@ impl TtlOption {
         let ms = parse_non_negative(value)
             .filter(|&v| v > 0)
             .and_then(|v| v.checked_mul(unit_ms))
-            .filter(|&ms| ms <= i64::MAX as u64)
+            .filter(|&ms| ms <= MAX_TTL_MS)
             .ok_or(LockError::InvalidTtl)?;
         self.ttl_ms = Some(ms);
         Ok(true)
@@ -258,6 +263,17 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_numbers_accepted() {
+        let a = argv("lock.acquire k t PX 1000000000000 BLOCK 1000000000000");
+        let got = parse_acquire(&a).unwrap();
+        assert_eq!((got.ttl_ms, got.block_ms), (MAX_TTL_MS, Some(MAX_BLOCK_MS)));
+        let a = argv("lock.acquire k t EX 1000000000");
+        assert_eq!(parse_acquire(&a).unwrap().ttl_ms, MAX_TTL_MS);
+        let e = argv("lock.extend k t PX 1000000000001");
+        assert_eq!(parse_extend(&e), Err(LockError::InvalidTtl));
+    }
+
+    #[test]
     fn acquire_errors() {
         let cases = [
             ("lock.acquire k", LockError::Arity("lock.acquire")),
@@ -284,8 +300,16 @@ mod tests {
                 "lock.acquire k t PX 99999999999999999999",
                 LockError::InvalidTtl,
             ),
+            ("lock.acquire k t PX 10 BLOCK -1", LockError::InvalidBlock),
+            ("lock.acquire k t PX 1000000000001", LockError::InvalidTtl),
+            ("lock.acquire k t EX 1000000001", LockError::InvalidTtl),
+            ("lock.acquire k t PX 1099511627776", LockError::InvalidTtl),
             (
-                "lock.acquire k t PX 9223372036854775807 BLOCK -1",
+                "lock.acquire k t PX 10 BLOCK 1000000000001",
+                LockError::InvalidBlock,
+            ),
+            (
+                "lock.acquire k t PX 10 BLOCK 18446744073709551",
                 LockError::InvalidBlock,
             ),
             ("lock.acquire k t PX 10 BLOCK abc", LockError::InvalidBlock),

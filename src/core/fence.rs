@@ -31,6 +31,14 @@ pub const MAX_EPOCH: u64 = MAX_FENCE >> EPOCH_SHIFT;
 /// 2025-01-01T00:00:00Z in Unix milliseconds.
 pub const TIME_BASE_MS: i64 = 1_735_689_600_000;
 
+/// A fence restored from outside (`RESTORE`, `MIGRATE`) is refused when its
+/// epoch is more than this many promotions ahead of the server's own epoch…
+pub const MAX_RESTORE_EPOCH_LEAD: u64 = 64;
+/// …or its wall-clock part more than this far in the future (a day of clock
+/// difference between servers). Without these bounds one forged payload with
+/// fence 2^63-1 would exhaust the fences of every key for good.
+pub const MAX_RESTORE_TIME_LEAD_MS: i64 = 86_400_000;
+
 /// The server's fence clock.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FenceClock {
@@ -51,6 +59,21 @@ impl FenceClock {
         }
         self.high_water = fence;
         Some(fence)
+    }
+
+    /// Whether a fence restored from a client's payload is one a server
+    /// could have issued by `now_ms`, within the documented leads. Only
+    /// such fences may raise the clock. The bound is measured from the
+    /// server's own epoch, which only promotions move, so repeated forged
+    /// payloads cannot ratchet it up.
+    pub fn admits_restored(&self, fence: u64, now_ms: i64) -> bool {
+        if !is_valid(fence) {
+            return false;
+        }
+        let epoch_ok = fence >> EPOCH_SHIFT <= self.epoch.saturating_add(MAX_RESTORE_EPOCH_LEAD);
+        let ms = (fence >> COUNTER_BITS) & ((1 << TIME_BITS) - 1);
+        let limit = time_floor(now_ms.saturating_add(MAX_RESTORE_TIME_LEAD_MS)) >> COUNTER_BITS;
+        epoch_ok && ms <= limit
     }
 
     /// Records a fence that was granted elsewhere (replicated, loaded, restored).
@@ -211,6 +234,41 @@ mod tests {
         );
         let mut c = FenceClock::default();
         assert!(c.next_fence(i64::MAX).unwrap() < 1 << EPOCH_SHIFT);
+    }
+
+    #[test]
+    fn restored_fences_are_bounded() {
+        let mut c = FenceClock::default();
+        let now_fence = c.next_fence(NOW).unwrap();
+        assert!(c.admits_restored(now_fence, NOW));
+        assert!(c.admits_restored(1, NOW));
+        // Another server's fence from a few promotions ahead, an hour ahead.
+        let ahead = (3 << EPOCH_SHIFT) | time_floor(NOW + 3_600_000);
+        assert!(c.admits_restored(ahead, NOW));
+        // Forged: the largest fence, a far epoch, a far future time.
+        assert!(!c.admits_restored(MAX_FENCE, NOW));
+        assert!(!c.admits_restored(0, NOW));
+        assert!(!c.admits_restored(u64::MAX, NOW));
+        let far_epoch = (MAX_RESTORE_EPOCH_LEAD + 1) << EPOCH_SHIFT;
+        assert!(!c.admits_restored(far_epoch, NOW));
+        assert!(c.admits_restored(MAX_RESTORE_EPOCH_LEAD << EPOCH_SHIFT, NOW));
+        let far_time = time_floor(NOW + MAX_RESTORE_TIME_LEAD_MS + 1);
+        assert!(!c.admits_restored(far_time, NOW));
+        assert!(c.admits_restored(time_floor(NOW + MAX_RESTORE_TIME_LEAD_MS), NOW));
+        // Observing the largest admitted fence leaves fences for a long time:
+        // it cannot be ratcheted, since the bound follows the own epoch only.
+        let worst = (MAX_RESTORE_EPOCH_LEAD << EPOCH_SHIFT) | ((1 << EPOCH_SHIFT) - 1);
+        assert!(
+            !c.admits_restored(worst, NOW),
+            "time part far in the future"
+        );
+        let worst = (MAX_RESTORE_EPOCH_LEAD << EPOCH_SHIFT) | time_floor(NOW) | 1023;
+        assert!(c.admits_restored(worst, NOW));
+        c.observe(worst);
+        assert!(!c.admits_restored(((2 * MAX_RESTORE_EPOCH_LEAD) << EPOCH_SHIFT) | 1, NOW));
+        assert!(c.next_fence(NOW).is_some());
+        assert!(c.advance_epoch());
+        assert_eq!(c.epoch, MAX_RESTORE_EPOCH_LEAD + 1);
     }
 
     #[test]

@@ -2,6 +2,15 @@
 
 use super::errors::LockError;
 
+/// The longest TTL a lock can be given, whatever the settings: 10^12 ms
+/// (about 31.7 years; `EX 1000000000`). Larger numbers are refused, so no
+/// expiry can overflow the clock or a timer.
+pub const MAX_TTL_MS: u64 = 1_000_000_000_000;
+
+/// The longest `BLOCK` timeout, for the same reason. `BLOCK 0` waits
+/// without limit.
+pub const MAX_BLOCK_MS: u64 = 1_000_000_000_000;
+
 /// A TTL within `max_ttl_ms` (0: no limit), or the error that names it.
 pub fn check_ttl(ttl_ms: u64, max_ttl_ms: u64) -> Result<u64, LockError> {
     if max_ttl_ms > 0 && ttl_ms > max_ttl_ms {

@@ -8,6 +8,7 @@ pub mod fence;
 pub mod limits;
 pub mod lock;
 pub mod record;
+pub mod schedule;
 pub mod slot;
 pub mod token;
 pub mod waiters;

@@ -4,7 +4,7 @@
 //! what happened to each waiter. The Redis layer blocks and wakes the
 //! clients and makes the grants.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
 /// Where a waiter stands.
@@ -25,12 +25,16 @@ pub enum Refusal {
     SlotMoved,
     /// This server became a replica and can grant nothing.
     Demoted,
+    /// The name now holds a value of another type.
+    WrongType,
 }
 
 /// One waiter: the lock it waits for, what it asked for, where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<K, R> {
     pub lock: K,
+    /// Arrival order: the position in the lock's queue.
+    seq: u64,
     pub request: R,
     pub stage: Stage,
 }
@@ -38,9 +42,15 @@ pub struct Waiter<K, R> {
 /// Every waiter of the server. `I` identifies a waiter, `K` a lock, `R` is
 /// what the waiter asked for (token, TTL).
 #[derive(Debug)]
+///
+/// Each queue is ordered by arrival number, so a waiter leaves it in
+/// O(log n) whatever its place (many waiters timing out together cost
+/// O(n log n), not O(n²)).
 pub struct Waiters<I, K, R> {
-    queues: HashMap<K, VecDeque<I>>,
+    queues: HashMap<K, BTreeMap<u64, I>>,
     waiters: HashMap<I, Waiter<K, R>>,
+    next_seq: u64,
+    queued: usize,
 }
 
 impl<I, K, R> Default for Waiters<I, K, R> {
@@ -48,6 +58,8 @@ impl<I, K, R> Default for Waiters<I, K, R> {
         Waiters {
             queues: HashMap::new(),
             waiters: HashMap::new(),
+            next_seq: 0,
+            queued: 0,
         }
     }
 }
@@ -60,12 +72,19 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     }
 
     /// Adds a waiter at the back of its lock's queue.
+    /// An id still known (granted or refused but not yet answered) is
+    /// replaced.
     pub fn enqueue(&mut self, id: I, lock: K, request: R) {
-        self.queues.entry(lock.clone()).or_default().push_back(id);
+        self.remove(id);
+        self.next_seq += 1;
+        let seq = self.next_seq;
+        self.queues.entry(lock.clone()).or_default().insert(seq, id);
+        self.queued += 1;
         self.waiters.insert(
             id,
             Waiter {
                 lock,
+                seq,
                 request,
                 stage: Stage::Waiting,
             },
@@ -74,12 +93,12 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
     /// Number of clients waiting for `lock`.
     pub fn count(&self, lock: &K) -> usize {
-        self.queues.get(lock).map_or(0, VecDeque::len)
+        self.queues.get(lock).map_or(0, BTreeMap::len)
     }
 
     /// The first waiter of `lock`.
     pub fn head(&self, lock: &K) -> Option<(I, &R)> {
-        let id = *self.queues.get(lock)?.front()?;
+        let (_, &id) = self.queues.get(lock)?.first_key_value()?;
         Some((id, &self.waiters.get(&id)?.request))
     }
 
@@ -93,15 +112,20 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
             return false;
         }
         waiter.stage = Stage::Granted { fence };
-        let lock = waiter.lock.clone();
-        self.unqueue(id, &lock);
+        let (lock, seq) = (waiter.lock.clone(), waiter.seq);
+        self.unqueue(seq, &lock);
         true
     }
 
     /// Takes every waiter of `lock` out of its queue as refused, and returns
     /// them in arrival order.
     pub fn refuse_all(&mut self, lock: &K, why: Refusal) -> Vec<I> {
-        let ids: Vec<I> = self.queues.remove(lock).map(Vec::from).unwrap_or_default();
+        let ids: Vec<I> = self
+            .queues
+            .remove(lock)
+            .map(|q| q.into_values().collect())
+            .unwrap_or_default();
+        self.queued -= ids.len();
         for id in &ids {
             if let Some(w) = self.waiters.get_mut(id) {
                 w.stage = Stage::Refused(why);
@@ -124,7 +148,7 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
         let waiter = self.waiters.remove(&id)?;
         if waiter.stage == Stage::Waiting {
-            self.unqueue(id, &waiter.lock);
+            self.unqueue(waiter.seq, &waiter.lock);
         }
         Some(waiter)
     }
@@ -140,12 +164,14 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
     /// Total number of queued waiters.
     pub fn total(&self) -> usize {
-        self.queues.values().map(VecDeque::len).sum()
+        self.queued
     }
 
-    fn unqueue(&mut self, id: I, lock: &K) {
+    fn unqueue(&mut self, seq: u64, lock: &K) {
         if let Some(queue) = self.queues.get_mut(lock) {
-            queue.retain(|&w| w != id);
+            if queue.remove(&seq).is_some() {
+                self.queued -= 1;
+            }
             if queue.is_empty() {
                 self.queues.remove(lock);
             }
@@ -209,6 +235,38 @@ mod tests {
         assert!(w.refuse_all(&"none", Refusal::SlotMoved).is_empty());
         assert_eq!(w.refuse_everyone(Refusal::Demoted), vec![3]);
         assert!(w.is_empty());
+    }
+
+    #[test]
+    fn leaving_from_the_middle_keeps_the_order() {
+        let mut w = Waiters::<u32, &str, u32>::default();
+        for id in 0..10_000 {
+            w.enqueue(id, "lock", id);
+        }
+        for id in (0..10_000).filter(|id| id % 2 == 1) {
+            assert_eq!(w.remove(id).unwrap().stage, Stage::Waiting);
+        }
+        assert_eq!(w.count(&"lock"), 5_000);
+        assert_eq!(w.total(), 5_000);
+        for expected in (0..10_000).step_by(2) {
+            assert_eq!(w.head(&"lock"), Some((expected, &expected)));
+            assert!(w.grant(expected, 1));
+        }
+        assert!(w.is_empty());
+        assert_eq!(w.total(), 0);
+    }
+
+    #[test]
+    fn a_reused_id_starts_a_new_wait() {
+        let mut w = Waiters::<u32, &str, &str>::default();
+        w.enqueue(1, "a", "first");
+        w.enqueue(2, "a", "second");
+        assert!(w.grant(1, 9));
+        w.enqueue(1, "b", "again");
+        assert_eq!(w.get(1).unwrap().stage, Stage::Waiting);
+        assert_eq!(w.count(&"a"), 1);
+        assert_eq!(w.count(&"b"), 1);
+        assert_eq!(w.total(), 2);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::core::token::{self, TokenArg};
 use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
-use crate::server::{config, state, stats, waiting};
+use crate::server::{config, lockops, state, stats, waiting};
 
 /// The lock on an open key, or WRONGTYPE if it holds something else.
 fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
@@ -71,22 +71,12 @@ pub fn acquire(call: &Call) -> Reply {
             });
         }
         AcquireDecision::Regrant { fence } => {
-            key.set_expire_at(expire_at);
-            drop(key);
-            ffi::replicate_expire_at(ctx, name, expire_at);
-            waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
-            ffi::notify(ctx, c"lock.extended", name);
+            lockops::set_expiry(ctx, name, key, expire_at);
             stats::REGRANTS.bump();
             fence
         }
         AcquireDecision::Grant => {
-            let fence = state::with_clock(|c| c.next_fence(ffi::now_ms()))
-                .ok_or(LockError::FenceExhausted)?;
-            key.set_lock(LockRef::new(token, fence));
-            key.set_expire_at(expire_at);
-            drop(key);
-            ffi::replicate_grant(ctx, name, token, fence, expire_at);
-            ffi::notify(ctx, c"lock.acquired", name);
+            let fence = lockops::grant(ctx, name, key, token, expire_at, c"lock.acquired")?;
             stats::GRANTS.bump();
             fence
         }
@@ -98,17 +88,13 @@ pub fn release(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_release(argv)?;
     let name = &call.key();
-    let mut key = LockKey::open(ctx, name, true);
+    let key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
         stats::RELEASES_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    key.delete();
-    drop(key);
-    ffi::replicate_delete(ctx, name);
-    ffi::notify(ctx, c"lock.released", name);
     stats::RELEASES.bump();
-    waiting::serve(ctx, name);
+    lockops::release(ctx, name, key);
     Ok(RedisValue::Integer(1))
 }
 
@@ -118,16 +104,12 @@ pub fn extend(call: &Call) -> Reply {
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
-    let mut key = LockKey::open(ctx, name, true);
+    let key = LockKey::open(ctx, name, true);
     if !lock::owned_by(current(&key)?, req.token) {
         stats::EXTENDS_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    key.set_expire_at(expire_at);
-    drop(key);
-    ffi::replicate_expire_at(ctx, name, expire_at);
-    waiting::arm_expiry(ctx, &(ffi::selected_db(ctx), name.to_vec()), expire_at);
-    ffi::notify(ctx, c"lock.extended", name);
+    lockops::set_expiry(ctx, name, key, expire_at);
     stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }

@@ -6,7 +6,7 @@ use std::ffi::{c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::core::fence::FenceClock;
+use crate::core::fence::{self, FenceClock};
 use crate::core::lock::{LockRef, ENCODING_VERSION};
 use crate::core::record::Record;
 use crate::server::{ffi, guard, state, stats, waiting};
@@ -66,15 +66,32 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             let lock = LockRef::decode(encver, mode, fence, token.as_ref()).ok()?;
             Some(Record::new(lock))
         })();
-        match fields {
-            Some(record) => {
-                // A restored or loaded lock raises the floor for new fences.
-                state::with_clock(|c| c.observe(record.view().fence()));
-                stats::record_created();
-                record.into_raw()
-            }
-            None => std::ptr::null_mut(),
+        let Some(record) = fields else {
+            return std::ptr::null_mut();
+        };
+        let fence = record.view().fence();
+        // A client's RESTORE payload may carry any fence: one far ahead of
+        // what a server could have issued would use up the fences of every
+        // key, so it is refused (and logged). The server's own data and its
+        // master's are taken as they are.
+        if !ffi::io_is_trusted(rdb)
+            && !state::with_clock(|c| c.admits_restored(fence, ffi::now_ms()))
+        {
+            ffi::log_io_warning(
+                rdb,
+                &format!(
+                    "redislock: refused a restored lock with fence {fence}: more than {} \
+                     promotions or {} ms ahead of this server's fence clock",
+                    fence::MAX_RESTORE_EPOCH_LEAD,
+                    fence::MAX_RESTORE_TIME_LEAD_MS
+                ),
+            );
+            return std::ptr::null_mut();
         }
+        // A restored or loaded lock raises the floor for new fences.
+        state::with_clock(|c| c.observe(fence));
+        stats::record_created();
+        record.into_raw()
     })
 }
 

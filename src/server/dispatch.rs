@@ -40,8 +40,13 @@ fn dispatch(
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
     handler: Handler,
+    token_at: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
+    if token_at > 0 && token_at < argc {
+        // Tokens are credentials: keep them out of SLOWLOG and MONITOR.
+        ffi::redact_arg(&ctx, token_at);
+    }
     let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
         &[]
     } else {
@@ -73,15 +78,16 @@ fn dispatch(
     }
 }
 
-/// An `extern "C"` entry point for one handler.
+/// An `extern "C"` entry point for one handler; the argument at
+/// `token_at` (0: none) is a token, redacted from logs.
 macro_rules! entry {
-    ($handler:path) => {{
+    ($handler:path, $token_at:expr) => {{
         extern "C" fn entry(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            dispatch(ctx, argv, argc, $handler)
+            dispatch(ctx, argv, argc, $handler, $token_at)
         }
         entry as ffi::CommandCallback
     }};
@@ -103,7 +109,7 @@ pub fn register(ctx: &Context) -> bool {
         // May create a lock, so refused when memory is full.
         (
             c"lock.acquire",
-            entry!(commands::acquire),
+            entry!(commands::acquire, 2),
             c"write deny-oom",
             1,
             1,
@@ -112,24 +118,45 @@ pub fn register(ctx: &Context) -> bool {
         // Free memory or change nothing: never refused for memory.
         (
             c"lock.release",
-            entry!(commands::release),
+            entry!(commands::release, 2),
             c"write",
             1,
             1,
             1,
         ),
-        (c"lock.extend", entry!(commands::extend), c"write", 1, 1, 1),
+        (
+            c"lock.extend",
+            entry!(commands::extend, 2),
+            c"write",
+            1,
+            1,
+            1,
+        ),
         (
             c"lock.info",
-            entry!(commands::info),
+            entry!(commands::info, 0),
             c"readonly fast",
             1,
             1,
             1,
         ),
         // Internal: effects replayed from the master link and the AOF.
-        (c"lock._apply", entry!(commands::apply), c"write", 1, 1, 1),
-        (c"lock._epoch", entry!(commands::epoch), c"write", 0, 0, 0),
+        (
+            c"lock._apply",
+            entry!(commands::apply, 2),
+            c"write",
+            1,
+            1,
+            1,
+        ),
+        (
+            c"lock._epoch",
+            entry!(commands::epoch, 0),
+            c"write",
+            0,
+            0,
+            0,
+        ),
     ];
     table
         .iter()

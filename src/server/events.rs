@@ -3,10 +3,10 @@
 //! move locks without any per-key event.
 
 use std::ffi::c_void;
-use std::time::Duration;
 
 use redis_module::{raw, Context};
 
+use crate::server::scheduler::{self, Job};
 use crate::server::{ffi, guard, state, waiting};
 
 /// Subscribes to the events; false if Redis refused one.
@@ -21,8 +21,8 @@ pub fn subscribe(ctx: &Context) -> bool {
 
 /// A promoted replica may have missed its old master's last grants, and the
 /// old master may go on granting: a new epoch puts every fence from here on
-/// above all of them. Its own replicas and AOF learn the epoch too, from a
-/// timer, since the event itself is no place to propagate from.
+/// above all of them. Its own replicas and AOF learn the epoch too, from the
+/// scheduler, since the event itself is no place to propagate from.
 unsafe extern "C" fn on_role_changed(
     ctx: *mut raw::RedisModuleCtx,
     _e: raw::RedisModuleEvent,
@@ -44,37 +44,33 @@ unsafe extern "C" fn on_role_changed(
                  fences may no longer exceed the old master's"
             ));
         }
-        ctx.create_timer(
-            Duration::ZERO,
-            |ctx: &Context, epoch: u64| guard::callback((), || ffi::replicate_epoch(ctx, epoch)),
-            epoch,
-        );
+        scheduler::soon(&ctx, Job::Epoch(epoch));
     })
 }
 
 /// A flush frees every lock of the flushed database(s) at once.
 unsafe extern "C" fn on_flush(
-    ctx: *mut raw::RedisModuleCtx,
+    _ctx: *mut raw::RedisModuleCtx,
     _e: raw::RedisModuleEvent,
     sub: u64,
     data: *mut c_void,
 ) {
     guard::callback((), || {
         if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-            waiting::on_flushed(&Context::new(ctx), ffi::flushed_db(data));
+            waiting::on_flushed(ffi::flushed_db(data));
         }
     })
 }
 
 /// SWAPDB moves locks between databases without key events.
 unsafe extern "C" fn on_swapdb(
-    ctx: *mut raw::RedisModuleCtx,
+    _ctx: *mut raw::RedisModuleCtx,
     _e: raw::RedisModuleEvent,
     _sub: u64,
     data: *mut c_void,
 ) {
     guard::callback((), || {
         let (first, second) = ffi::swapped_dbs(data);
-        waiting::on_swapped(&Context::new(ctx), first, second);
+        waiting::on_swapped(first, second);
     })
 }

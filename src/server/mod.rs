@@ -9,8 +9,11 @@ mod datatype;
 mod dispatch;
 mod events;
 mod ffi;
+mod gate;
 mod guard;
+mod lockops;
 mod reply;
+mod scheduler;
 mod state;
 mod stats;
 mod waiting;
@@ -33,6 +36,8 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    // A damaged RESTORE payload must be an error reply, not an abort.
+    ffi::handle_io_errors(ctx);
     if !dispatch::register(ctx) {
         ctx.log_warning("could not register the commands");
         return Status::Err;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
-use crate::server::{ffi, guard, waiting};
+use crate::server::{ffi, guard, scheduler, waiting};
 
 pub struct Counter(AtomicU64);
 
@@ -111,6 +111,11 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         int("locks", LOCKS.load(Relaxed).max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
+            // Work pending in the scheduler (at most one job per lock with
+            // waiters and per waiter), and the Redis timers behind it (0 or 1).
+            let (jobs, timers) = scheduler::pending();
+            int("scheduled_jobs", jobs as i64);
+            int("timers", timers as i64);
         }
         for (name, counter) in [
             ("grants", &GRANTS),

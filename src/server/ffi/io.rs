@@ -1,0 +1,34 @@
+//! What `rdb_load` needs beyond reading fields: who is loading, and a log
+//! line about a refused value.
+
+use std::ffi::{c_int, CString};
+
+use redis_module::raw;
+
+/// Whether values now being read come from the server's own data (startup,
+/// `DEBUG RELOAD`, a full sync or AOF replay, i.e. loading) or from its
+/// master, rather than from a client's `RESTORE` payload.
+pub fn io_is_trusted(io: *mut raw::RedisModuleIO) -> bool {
+    // SAFETY: `io` comes from Redis's rdb_load callback; the context it
+    // returns lives as long as the IO.
+    let flags = unsafe {
+        let ctx = raw::RedisModule_GetContextFromIO.unwrap()(io);
+        raw::RedisModule_GetContextFlags.unwrap()(ctx)
+    };
+    let trusted = raw::REDISMODULE_CTX_FLAGS_LOADING
+        | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING
+        | raw::REDISMODULE_CTX_FLAGS_SLAVE;
+    flags & trusted as c_int != 0
+}
+
+/// Logs a warning about a value `rdb_load` refused.
+pub fn log_io_warning(io: *mut raw::RedisModuleIO, message: &str) {
+    let text: Vec<u8> = message.bytes().filter(|b| *b != 0).collect();
+    let Ok(text) = CString::new(text) else {
+        return;
+    };
+    // SAFETY: `io` comes from Redis's rdb_load callback; "%s" matches one C string.
+    unsafe {
+        raw::RedisModule_LogIOError.unwrap()(io, c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr())
+    };
+}

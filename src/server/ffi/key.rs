@@ -1,0 +1,144 @@
+//! All raw access to a key's value: opening, type checks, the stored
+//! record, deletion and expiry.
+
+use std::ffi::c_int;
+
+use redis_module::{raw, Context, RedisString};
+
+use crate::core::lock::LockRef;
+use crate::core::record::Record;
+use crate::server::datatype::LOCK_TYPE;
+use crate::server::stats;
+
+/// `REDISMODULE_NO_EXPIRE`: what the expiry getters answer for a key without one.
+const NO_EXPIRE: i64 = -1;
+
+/// What an opened key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    Empty,
+    Lock,
+    Other,
+}
+
+/// An open key, closed on drop. Redis answers NULL for a missing key opened
+/// read-only; that is kept as a null pointer and reads as an empty key.
+pub struct LockKey {
+    ptr: *mut raw::RedisModuleKey,
+}
+
+impl LockKey {
+    /// Opens `name` for reading, or for reading and writing.
+    pub fn open(ctx: &Context, name: &RedisString, write: bool) -> LockKey {
+        let mode = if write {
+            raw::KeyMode::READ | raw::KeyMode::WRITE
+        } else {
+            raw::KeyMode::READ
+        };
+        LockKey {
+            ptr: raw::open_key(ctx.ctx, name.inner, mode),
+        }
+    }
+
+    fn raw(&self) -> *mut raw::RedisModuleKey {
+        self.ptr
+    }
+
+    pub fn kind(&self) -> KeyKind {
+        let key = self.raw();
+        if key.is_null() {
+            return KeyKind::Empty;
+        }
+        // SAFETY: `key` is an open key of this context.
+        let key_type = unsafe { raw::RedisModule_KeyType.unwrap()(key) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            KeyKind::Empty
+        } else if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
+            // SAFETY: `key` is an open key holding a module value.
+            && unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(key) } == *LOCK_TYPE.raw_type.borrow()
+        {
+            KeyKind::Lock
+        } else {
+            KeyKind::Other
+        }
+    }
+
+    /// The lock stored here, if the key holds one.
+    pub fn lock(&self) -> Option<LockRef<'_>> {
+        if self.kind() != KeyKind::Lock {
+            return None;
+        }
+        // SAFETY: the key holds a value of our type, which is always a
+        // `Record`; the view cannot outlive the open key.
+        Some(unsafe {
+            Record::borrow_raw(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw()))
+        })
+    }
+
+    /// Stores a lock, replacing whatever the key held. The key must be open
+    /// for writing and hold nothing or a lock.
+    pub fn set_lock(&mut self, lock: LockRef<'_>) -> bool {
+        let key = self.raw();
+        if key.is_null() {
+            return false;
+        }
+        let value = Record::new(lock).into_raw();
+        // SAFETY: the key is open for writing; Redis takes ownership of the
+        // record and hands it back to `datatype::free`.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(key, *LOCK_TYPE.raw_type.borrow(), value)
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            drop(unsafe { Record::from_raw(value) });
+            return false;
+        }
+        stats::record_created();
+        true
+    }
+
+    pub fn delete(&mut self) {
+        if !self.raw().is_null() {
+            // SAFETY: the key is open for writing.
+            unsafe { raw::RedisModule_DeleteKey.unwrap()(self.raw()) };
+            // A deletion through the module API raises no key event.
+            stats::forget_unlink();
+        }
+    }
+
+    /// Sets the expiry to an absolute Unix time in milliseconds.
+    pub fn set_expire_at(&mut self, unix_ms: i64) {
+        if !self.raw().is_null() {
+            // SAFETY: the key is open for writing and not empty.
+            unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.raw(), unix_ms) };
+        }
+    }
+
+    /// Absolute expiry in Unix milliseconds, if the key has one.
+    pub fn expire_at(&self) -> Option<i64> {
+        if self.raw().is_null() {
+            return None;
+        }
+        // SAFETY: the key is open.
+        let at = unsafe { raw::RedisModule_GetAbsExpire.unwrap()(self.raw()) };
+        (at != NO_EXPIRE).then_some(at)
+    }
+
+    /// Remaining time to live in milliseconds, if the key has an expiry.
+    pub fn ttl_ms(&self) -> Option<i64> {
+        if self.raw().is_null() {
+            return None;
+        }
+        // SAFETY: the key is open.
+        let ttl = unsafe { raw::RedisModule_GetExpire.unwrap()(self.raw()) };
+        (ttl != NO_EXPIRE).then_some(ttl)
+    }
+}
+
+impl Drop for LockKey {
+    fn drop(&mut self) {
+        if !self.raw().is_null() {
+            raw::close_key(self.raw());
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The few Redis module API calls the `redis-module` crate does not wrap,
+//! each behind a small safe function, one file per concern: keys, effects
+//! propagated to replicas and the AOF, blocking, events, timers. Nothing
+//! outside this folder calls the raw API except through these.
+
+mod blocking;
+mod events;
+mod io;
+mod key;
+mod propagate;
+mod timer;
+
+pub use blocking::*;
+pub use events::*;
+pub use io::*;
+pub use key::*;
+pub use propagate::*;
+pub use timer::*;
+
+use std::ffi::{c_int, CStr};
+
+use redis_module::{raw, Context};
+
+/// Redis's clock, in Unix milliseconds.
+pub fn now_ms() -> i64 {
+    // SAFETY: takes no arguments and only reads the clock.
+    unsafe { raw::RedisModule_Milliseconds.unwrap()() }
+}
+
+/// Whether the current command came from the master link or the AOF.
+pub fn from_master_or_aof(ctx: &Context) -> bool {
+    use redis_module::ContextFlags;
+    let flags = ctx.get_flags();
+    flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
+}
+
+/// The database the context works on.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: `ctx` is a live context.
+    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx.ctx) }
+}
+
+/// Points a context (a timer's, say) at database `db`.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: `ctx` is a live context; Redis checks the index.
+    unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
+}
+
+/// Registers a command; false if Redis refused.
+pub fn create_command(
+    ctx: &Context,
+    name: &CStr,
+    callback: CommandCallback,
+    flags: &CStr,
+    first_key: c_int,
+    last_key: c_int,
+    key_step: c_int,
+) -> bool {
+    // SAFETY: `ctx` is the module's load context; the strings are C strings
+    // and the callback has the signature Redis calls.
+    let status = unsafe {
+        raw::RedisModule_CreateCommand.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            Some(callback),
+            flags.as_ptr(),
+            first_key,
+            last_key,
+            key_step,
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// A context detached from any client, valid until the module unloads.
+pub fn detached_context(ctx: &Context) -> *mut raw::RedisModuleCtx {
+    // SAFETY: `ctx` is the module's load context.
+    unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) }
+}
+
+/// Hides argument `pos` of the current command from `SLOWLOG` and `MONITOR`
+/// (tokens are credentials). Replication still sees the real argument.
+pub fn redact_arg(ctx: &Context, pos: c_int) {
+    // SAFETY: `ctx` is a command's context; Redis checks `pos` against argc.
+    unsafe { raw::RedisModule_RedactClientCommandArgument.unwrap()(ctx.ctx, pos) };
+}
+
+/// True while clients are paused (`CLIENT PAUSE WRITE|ALL`, `FAILOVER`, a
+/// graceful `SHUTDOWN` waiting for replicas): the module must write nothing.
+pub fn writes_paused() -> bool {
+    // SAFETY: takes no arguments and only reads server state.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() != 0 }
+}
+
+/// Lets `rdb_load` see short reads and bad data as errors to return,
+/// instead of Redis aborting the server (a damaged `RESTORE` payload).
+pub fn handle_io_errors(ctx: &Context) {
+    // SAFETY: `ctx` is the module's load context.
+    unsafe {
+        raw::RedisModule_SetModuleOptions.unwrap()(
+            ctx.ctx,
+            raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as c_int,
+        )
+    };
+}

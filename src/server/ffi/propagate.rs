@@ -1,0 +1,108 @@
+//! Propagation of effects to replicas and the AOF, AOF rewrite, and digests.
+
+use std::ffi::{c_char, CStr};
+
+use redis_module::{raw, Context, RedisString};
+
+use crate::core::args;
+use crate::core::lock::LockRef;
+
+const APPLY: &CStr = c"LOCK._APPLY";
+
+/// Propagates a grant to replicas and the AOF as its exact effect.
+pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, expire_at: i64) {
+    // Numbers go as text formatted here: Redis's own conversion of "l"
+    // arguments costs more than the rest of the call's argument handling.
+    let (mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20]);
+    let fence = args::decimal(fence, &mut fence_buf);
+    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    // SAFETY: the format "sbbb" matches the arguments: a Redis string, then
+    // three buffers each with its length.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            APPLY.as_ptr(),
+            c"sbbb".as_ptr(),
+            key.inner,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            fence.as_ptr().cast::<c_char>(),
+            fence.len(),
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
+        )
+    };
+}
+
+/// Propagates a promoted master's new fence epoch.
+pub fn replicate_epoch(ctx: &Context, epoch: u64) {
+    // SAFETY: the format "l" matches one long long.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"LOCK._EPOCH".as_ptr(),
+            c"l".as_ptr(),
+            epoch as i64,
+        )
+    };
+}
+
+/// Propagates a new absolute expiry (re-grant, extend).
+pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
+    let mut at_buf = [0u8; 20];
+    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"PEXPIREAT".as_ptr(),
+            c"sb".as_ptr(),
+            key.inner,
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
+        )
+    };
+}
+
+/// Propagates a release.
+pub fn replicate_delete(ctx: &Context, key: &RedisString) {
+    // SAFETY: the format "s" matches one Redis string.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
+    };
+}
+
+/// Writes a lock to a rewritten AOF; Redis appends the key's `PEXPIREAT`.
+pub fn emit_aof_grant(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    lock: LockRef<'_>,
+) {
+    let token = lock.token();
+    // SAFETY: `aof` and `key` come from Redis's rewrite callback; the format
+    // "sbl" matches a Redis string, a buffer with its length and a long long.
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(
+            aof,
+            APPLY.as_ptr(),
+            c"sbl".as_ptr(),
+            key,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            lock.fence() as i64,
+        )
+    };
+}
+
+/// Feeds one record into `DEBUG DIGEST-VALUE`.
+pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: LockRef<'_>) {
+    let token = lock.token();
+    // SAFETY: `md` comes from Redis's digest callback; the buffer is valid
+    // for its length.
+    unsafe {
+        raw::RedisModule_DigestAddStringBuffer.unwrap()(md, token.as_ptr().cast(), token.len());
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.fence() as i64);
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.mode().code() as i64);
+        raw::RedisModule_DigestEndSequence.unwrap()(md);
+    }
+}
