@@ -58,9 +58,16 @@ pub fn soon(ctx: &Context, job: Job) {
     at(ctx, job, ffi::now_ms());
 }
 
-/// Forgets `job`.
+/// Forgets `job`; the timer goes too once nothing is pending. (A timer armed
+/// for a job cancelled while others remain fires once, finds nothing due,
+/// and is re-armed for what is left.)
 pub fn cancel(job: &Job) {
-    with(|s| s.cancel(job));
+    let emptied = with(|s| s.cancel(job) && s.is_empty());
+    if emptied && ARMED.with(Cell::get).is_some() {
+        if let Some(ctx) = state::detached_context() {
+            rearm(&ctx);
+        }
+    }
 }
 
 /// Jobs pending, and Redis timers armed (0 or 1), for `INFO redislock`.

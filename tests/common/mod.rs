@@ -371,6 +371,23 @@ impl Server {
         self.restart(Stop::Kill);
     }
 
+    /// Waits (bounded) for the server process to exit on its own, e.g. after a `SHUTDOWN` that
+    /// another connection sent; true if it exited.
+    pub fn wait_exit(&mut self) -> bool {
+        let Some(child) = self.child.as_mut() else {
+            return true;
+        };
+        let deadline = Instant::now() + startup_deadline() * 2;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                self.child = None;
+                return true;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
     /// Stops the server without restarting it.
     pub fn stop(&mut self, how: Stop) {
         let Some(mut child) = self.child.take() else {

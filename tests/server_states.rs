@@ -1,0 +1,410 @@
+//! Work the module does on its own — the handoff at a holder's expiry, the handoff after a
+//! `DEL` or a flush, an epoch record after a promotion — against every server state that forbids
+//! or changes writes (SPEC "Server safety"): client pauses (`CLIENT PAUSE WRITE|ALL`,
+//! `FAILOVER`, a graceful `SHUTDOWN` waiting for replicas), demotion, loading, `maxmemory`,
+//! `min-replicas-to-write`, with and without AOF. In every case the server stays up, the waiter
+//! ends with a correct answer, nothing is written while writes are paused, and master and
+//! replica agree.
+
+mod common;
+
+use std::io::Write;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// What a waiter's `LOCK.ACQUIRE … BLOCK` answered: a grant, nil, or an error text.
+type Answer = Result<Option<(Vec<u8>, i64)>, String>;
+
+/// Starts a client that waits for `key` with `token`; its answer arrives on the channel. Returns
+/// once the server counts it among the key's waiters.
+fn queue_waiter(
+    server: &Server,
+    key: &str,
+    token: &str,
+    px: i64,
+    block_ms: i64,
+) -> mpsc::Receiver<Answer> {
+    let mut con = server.conn();
+    let before = info(&mut server.conn(), key).map_or(0, |i| i.waiters);
+    let (tx, rx) = mpsc::channel();
+    let (k, t) = (key.to_string(), token.to_string());
+    thread::spawn(move || {
+        let r = run(
+            &mut con,
+            &rcmd!("LOCK.ACQUIRE", &k, &t, "PX", px, "BLOCK", block_ms),
+        );
+        let _ = tx.send(match r {
+            Ok(v) => Ok(parse_grant(&v)),
+            Err(e) => Err(err_text(&e)),
+        });
+    });
+    wait_waiters(&mut server.conn(), key, before + 1);
+    rx
+}
+
+#[track_caller]
+fn answer_within(rx: &mpsc::Receiver<Answer>, within: Duration) -> Answer {
+    rx.recv_timeout(within * time_scale())
+        .expect("the waiter was never answered")
+}
+
+#[track_caller]
+fn no_answer_for(rx: &mpsc::Receiver<Answer>, window: Duration, why: &str) {
+    if let Ok(a) = rx.recv_timeout(window) {
+        panic!("{why}: the waiter was answered {a:?}");
+    }
+}
+
+/// Sends several commands in one write, so the server reads them in one pass.
+fn pipeline(server: &Server, commands: &[&[&str]]) -> RawConn {
+    let con = RawConn::connect(server);
+    let mut buf = Vec::new();
+    for args in commands {
+        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in *args {
+            buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+        }
+    }
+    (&*con.stream()).write_all(&buf).expect("write");
+    con
+}
+
+fn digest(server: &Server) -> Vec<u8> {
+    as_bytes(&ok(&mut server.conn(), &rcmd!("DEBUG", "DIGEST")))
+}
+
+#[track_caller]
+fn assert_alive(server: &Server) {
+    ping(&mut server.conn());
+    assert!(
+        server.crash_lines().is_empty(),
+        "{:?}\n{}",
+        server.crash_lines(),
+        server.log_tail(40)
+    );
+}
+
+#[track_caller]
+fn assert_granted(a: &Answer, token: &str) -> i64 {
+    match a {
+        Ok(Some((t, fence))) => {
+            assert_eq!(t, token.as_bytes());
+            *fence
+        }
+        other => panic!("expected a grant to {token}, got {other:?}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Trigger {
+    /// The holder's lease ends; nobody touches the key.
+    Expiry,
+    /// The holder's key is deleted, and the pause arrives in the same read.
+    Del,
+    /// The database is flushed, and the pause arrives in the same read.
+    Flushall,
+}
+
+/// A paused master with a replica: whatever frees the lock, the waiter is granted only once the
+/// pause ends, the server never writes meanwhile, and the replica ends up identical.
+fn paused_handoff(trigger: Trigger, pause: &str, aof: bool) {
+    let what = format!("{trigger:?} during CLIENT PAUSE {pause}, appendonly {aof}");
+    let m = Server::builder()
+        .set("appendonly", if aof { "yes" } else { "no" })
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    let hold_ms = 150;
+    let px = match trigger {
+        Trigger::Expiry => hold_ms,
+        _ => 60_000,
+    };
+    grant(&mut c, "k", b"holder", px);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    let pause_ms = 900;
+    let paused_at = Instant::now();
+    let pause_cmd: &[&str] = &["CLIENT", "PAUSE", &pause_ms.to_string(), pause];
+    let _pipe = match trigger {
+        Trigger::Expiry => pipeline(&m, &[pause_cmd]),
+        Trigger::Del => pipeline(&m, &[&["DEL", "k"], pause_cmd]),
+        Trigger::Flushall => pipeline(&m, &[&["FLUSHALL"], pause_cmd]),
+    };
+    // Until shortly before the pause ends (and well after the lease ended), nothing is granted.
+    let quiet = Duration::from_millis(pause_ms - 250).saturating_sub(paused_at.elapsed());
+    no_answer_for(&rx, quiet, &what);
+    let fence = assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    assert!(
+        paused_at.elapsed() >= Duration::from_millis(pause_ms - 50),
+        "{what}: granted {:?} after the pause began",
+        paused_at.elapsed()
+    );
+    let i = info_some(&mut c, "k");
+    assert_eq!(
+        (i.token.as_slice(), i.fence),
+        (&b"waiter"[..], fence),
+        "{what}"
+    );
+    assert_alive(&m);
+    wait_replica_caught_up(&m, &r);
+    assert_eq!(digest(&m), digest(&r), "{what}: master and replica differ");
+    assert_eq!(info_some(&mut r.conn(), "k").fence, fence, "{what}");
+}
+
+#[test]
+fn expiry_handoff_waits_for_a_client_pause() {
+    for (pause, aof) in [
+        ("WRITE", true),
+        ("ALL", false),
+        ("WRITE", false),
+        ("ALL", true),
+    ] {
+        paused_handoff(Trigger::Expiry, pause, aof);
+    }
+}
+
+#[test]
+fn handoff_after_del_waits_for_a_client_pause() {
+    for (pause, aof) in [
+        ("WRITE", true),
+        ("ALL", false),
+        ("WRITE", false),
+        ("ALL", true),
+    ] {
+        paused_handoff(Trigger::Del, pause, aof);
+    }
+}
+
+#[test]
+fn handoff_after_flushall_waits_for_a_client_pause() {
+    for (pause, aof) in [
+        ("WRITE", true),
+        ("ALL", false),
+        ("WRITE", false),
+        ("ALL", true),
+    ] {
+        paused_handoff(Trigger::Flushall, pause, aof);
+    }
+}
+
+/// Makes `replica` lag: it sleeps (and so acknowledges nothing) for `ms`, and the master writes
+/// something it has not acknowledged. Returns the thread running the sleep.
+fn make_lag(master: &Server, replica: &Server, ms: u64) -> thread::JoinHandle<()> {
+    let mut rc = replica.conn();
+    let secs = format!("{:.3}", ms as f64 / 1000.0);
+    let sleeper = thread::spawn(move || {
+        ok(&mut rc, &rcmd!("DEBUG", "SLEEP", secs));
+    });
+    // The replica is asleep once it stops answering a second connection quickly.
+    let mut probe = replica.conn();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while run(&mut probe, &rcmd!("PING")).is_ok() {
+        assert!(Instant::now() < deadline, "replica never went to sleep");
+        thread::sleep(Duration::from_millis(5));
+    }
+    ok(&mut master.conn(), &rcmd!("SET", "lag", "1"));
+    sleeper
+}
+
+#[test]
+fn failover_while_a_contended_lock_expires() {
+    let m = Server::builder()
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    grant(&mut c, "k", b"holder", 200);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    let sleeper = make_lag(&m, &r, 1200);
+    // FAILOVER pauses writes until the replica has caught up; the lease ends meanwhile.
+    ok(&mut c, &rcmd!("FAILOVER", "TIMEOUT", 10_000));
+    sleeper.join().unwrap();
+    r.wait_info("replication", "role", "master");
+    m.wait_info("replication", "role", "slave");
+    m.wait_info("replication", "master_link_status", "up");
+    // The old master ends the wait without a grant: Redis's UNBLOCKED or the module's READONLY.
+    match answer_within(&rx, Duration::from_secs(5)) {
+        Err(e) => assert!(
+            e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
+            "waiter answered {e}"
+        ),
+        other => panic!("a demoted master granted {other:?}"),
+    }
+    assert_alive(&m);
+    assert_alive(&r);
+    wait_replica_caught_up(&r, &m);
+    assert_eq!(digest(&m), digest(&r));
+}
+
+#[test]
+fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
+    let mut m = Server::builder()
+        .set("appendonly", "yes")
+        .set("shutdown-timeout", "10")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    grant(&mut c, "k", b"holder", 200);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    let sleeper = make_lag(&m, &r, 1200);
+    // SHUTDOWN pauses writes and waits for the replica; the lease ends meanwhile.
+    let mut sc = m.conn();
+    let shutdown = thread::spawn(move || {
+        let _ = run(&mut sc, &rcmd!("SHUTDOWN"));
+    });
+    sleeper.join().unwrap();
+    assert!(m.wait_exit(), "the server did not exit\n{}", m.log_tail(30));
+    shutdown.join().unwrap();
+    let log = m.log();
+    assert!(m.crash_lines().is_empty(), "{:?}", m.crash_lines());
+    assert!(log.contains("ready to exit"), "{}", m.log_tail(30));
+    // The waiter was granted nothing (no write was made during the pause): its connection
+    // closed with the server.
+    match answer_within(&rx, Duration::from_secs(5)) {
+        Err(_) | Ok(None) => {}
+        Ok(Some(g)) => panic!("granted {g:?} during a shutdown pause"),
+    }
+    assert_alive(&r);
+    // The replica received the holder's grant and nothing else.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut r.conn())
+        .unwrap();
+    let applied = field(&stats, "cmdstat_lock._apply").unwrap_or_default();
+    assert!(applied.starts_with("calls=1,"), "{applied}");
+}
+
+#[test]
+fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
+    let m = Server::builder().set("appendonly", "yes").start();
+    let other = Server::start();
+    let mut c = m.conn();
+    grant(&mut c, "k", b"holder", 200);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    ok(
+        &mut c,
+        &rcmd!("REPLICAOF", "127.0.0.1", other.port().to_string()),
+    );
+    match answer_within(&rx, Duration::from_secs(5)) {
+        Err(e) => assert!(
+            e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
+            "{e}"
+        ),
+        other => panic!("a demoted server answered {other:?}"),
+    }
+    m.wait_info("replication", "master_link_status", "up");
+    // Past the old lease: a replica grants nothing on its own.
+    thread::sleep(Duration::from_millis(300));
+    assert_alive(&m);
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(digest(&m), digest(&other));
+}
+
+#[test]
+fn debug_reload_keeps_waiters_and_the_expiry_handoff() {
+    let m = Server::builder().set("appendonly", "no").start();
+    let mut c = m.conn();
+    let (_, f0) = grant(&mut c, "k", b"holder", 400);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
+    assert_eq!(info_some(&mut c, "k").fence, f0);
+    let fence = assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    assert!(fence > f0);
+    assert_eq!(info_some(&mut c, "k").token, b"waiter".to_vec());
+    assert_alive(&m);
+}
+
+#[test]
+fn a_full_memory_still_hands_a_freed_lock_on() {
+    // Deliberate: a handoff replaces the lock that was just freed, so it is made even when
+    // commands that add data are refused for memory.
+    let m = Server::builder()
+        .set("maxmemory-policy", "noeviction")
+        .start();
+    let mut c = m.conn();
+    grant(&mut c, "k", b"holder", 300);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    // Far below what is used: every command that may add data is refused.
+    ok(&mut c, &rcmd!("CONFIG", "SET", "maxmemory", "1"));
+    let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "new", "t", "PX", 1000));
+    assert!(e.starts_with("OOM"), "{e}");
+    assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    ok(&mut c, &rcmd!("CONFIG", "SET", "maxmemory", "0"));
+    assert_alive(&m);
+}
+
+#[test]
+fn unmet_min_replicas_hold_back_the_handoff() {
+    let m = Server::builder()
+        .set("min-replicas-to-write", "1")
+        .set("min-replicas-max-lag", "10")
+        .start();
+    let mut r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    grant(&mut c, "k", b"holder", 200);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    r.stop(Stop::Kill);
+    m.wait_info("replication", "min_slaves_good_slaves", "0");
+    let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "other", "t", "PX", 1000));
+    assert!(e.starts_with("NOREPLICAS"), "{e}");
+    // Well past the lease: the handoff is a write, and writes need a replica.
+    no_answer_for(&rx, Duration::from_millis(500), "min-replicas unmet");
+    ok(
+        &mut c,
+        &rcmd!("CONFIG", "SET", "min-replicas-to-write", "0"),
+    );
+    assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    assert_alive(&m);
+}
+
+fn aof_text(server: &Server) -> String {
+    let dir = server.dir().join("appendonlydir");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).expect("appendonlydir") {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
+        }
+    }
+    text
+}
+
+#[test]
+fn a_promotion_during_a_pause_records_its_epoch_after_it() {
+    let m = Server::start();
+    let r = Server::builder()
+        .replica_of(&m)
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let mut rc = r.conn();
+    ok(&mut rc, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
+    ok(&mut rc, &rcmd!("REPLICAOF", "NO", "ONE"));
+    r.wait_info("replication", "role", "master");
+    // The epoch record is a write: nothing reaches the AOF while writes are paused.
+    thread::sleep(Duration::from_millis(200));
+    assert!(
+        !aof_text(&r).contains("LOCK._EPOCH"),
+        "epoch written while paused"
+    );
+    assert_alive(&r);
+    ok(&mut rc, &rcmd!("CLIENT", "UNPAUSE"));
+    let deadline = Instant::now() + Duration::from_secs(5) * time_scale();
+    while !aof_text(&r).contains("LOCK._EPOCH") {
+        assert!(Instant::now() < deadline, "epoch never recorded in the AOF");
+        thread::sleep(Duration::from_millis(10));
+    }
+    let (_, fence) = grant(&mut rc, "k", b"t", 1000);
+    assert!(
+        fence >> 51 >= 1,
+        "a promoted master grants from a new epoch: {fence}"
+    );
+    assert_alive(&r);
+}
