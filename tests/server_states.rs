@@ -68,7 +68,7 @@ fn pipeline(server: &Server, commands: &[&[&str]]) -> RawConn {
             buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
         }
     }
-    (&*con.stream()).write_all(&buf).expect("write");
+    con.stream().write_all(&buf).expect("write");
     con
 }
 
