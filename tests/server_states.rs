@@ -118,18 +118,18 @@ fn paused_handoff(trigger: Trigger, pause: &str, aof: bool) {
         .start();
     let r = Server::start_replica_of(&m);
     let mut c = m.conn();
-    let hold_ms = 150;
-    let px = match trigger {
-        Trigger::Expiry => hold_ms,
-        _ => 60_000,
-    };
-    grant(&mut c, "k", b"holder", px);
+    grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
     let pause_ms = 900;
     let paused_at = Instant::now();
     let pause_cmd: &[&str] = &["CLIENT", "PAUSE", &pause_ms.to_string(), pause];
+    // The lease is cut short in the same read as the pause, so it ends during the pause
+    // however slowly the test runs.
     let _pipe = match trigger {
-        Trigger::Expiry => pipeline(&m, &[pause_cmd]),
+        Trigger::Expiry => pipeline(
+            &m,
+            &[&["LOCK.EXTEND", "k", "holder", "PX", "150"], pause_cmd],
+        ),
         Trigger::Del => pipeline(&m, &[&["DEL", "k"], pause_cmd]),
         Trigger::Flushall => pipeline(&m, &[&["FLUSHALL"], pause_cmd]),
     };
@@ -190,26 +190,32 @@ fn handoff_after_flushall_waits_for_a_client_pause() {
     }
 }
 
-/// Makes `replica` lag: it sleeps (and so acknowledges nothing) for `ms`, and the master writes
-/// something it has not acknowledged. Returns the thread running the sleep.
-fn make_lag(master: &Server, replica: &Server, ms: u64) -> thread::JoinHandle<()> {
-    let mut rc = replica.conn();
-    let secs = format!("{:.3}", ms as f64 / 1000.0);
-    let sleeper = thread::spawn(move || {
-        ok(&mut rc, &rcmd!("DEBUG", "SLEEP", secs));
-    });
-    // The replica is asleep once it stops answering a second connection quickly.
-    let mut probe = replica.conn();
-    probe
-        .set_read_timeout(Some(Duration::from_millis(50)))
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while run(&mut probe, &rcmd!("PING")).is_ok() {
-        assert!(Instant::now() < deadline, "replica never went to sleep");
-        thread::sleep(Duration::from_millis(5));
+/// Freezes `replica` (SIGSTOP) so that it acknowledges nothing, and makes the master write
+/// something the replica has not acknowledged. The replica resumes when the guard drops.
+struct Frozen(u32);
+
+impl Frozen {
+    fn new(master: &Server, replica: &Server) -> Frozen {
+        let pid = replica.pid().expect("replica runs");
+        signal(pid, "STOP");
+        ok(&mut master.conn(), &rcmd!("SET", "lag", "1"));
+        Frozen(pid)
     }
-    ok(&mut master.conn(), &rcmd!("SET", "lag", "1"));
-    sleeper
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{sig} {pid}");
 }
 
 #[test]
@@ -220,12 +226,15 @@ fn failover_while_a_contended_lock_expires() {
         .start();
     let r = Server::start_replica_of(&m);
     let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 200);
+    grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
-    let sleeper = make_lag(&m, &r, 1200);
-    // FAILOVER pauses writes until the replica has caught up; the lease ends meanwhile.
+    assert_eq!(extend_px(&mut c, "k", b"holder", 200), 1);
+    let frozen = Frozen::new(&m, &r);
+    // FAILOVER pauses writes until the replica has caught up; the lease ends meanwhile, and
+    // nothing is granted while writes are paused.
     ok(&mut c, &rcmd!("FAILOVER", "TIMEOUT", 10_000));
-    sleeper.join().unwrap();
+    no_answer_for(&rx, Duration::from_millis(500), "FAILOVER pause");
+    drop(frozen);
     r.wait_info("replication", "role", "master");
     m.wait_info("replication", "role", "slave");
     m.wait_info("replication", "master_link_status", "up");
@@ -251,15 +260,17 @@ fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
         .start();
     let r = Server::start_replica_of(&m);
     let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 200);
+    grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
-    let sleeper = make_lag(&m, &r, 1200);
+    assert_eq!(extend_px(&mut c, "k", b"holder", 200), 1);
+    let frozen = Frozen::new(&m, &r);
     // SHUTDOWN pauses writes and waits for the replica; the lease ends meanwhile.
     let mut sc = m.conn();
     let shutdown = thread::spawn(move || {
         let _ = run(&mut sc, &rcmd!("SHUTDOWN"));
     });
-    sleeper.join().unwrap();
+    no_answer_for(&rx, Duration::from_millis(500), "SHUTDOWN pause");
+    drop(frozen);
     assert!(m.wait_exit(), "the server did not exit\n{}", m.log_tail(30));
     shutdown.join().unwrap();
     let log = m.log();
@@ -286,11 +297,14 @@ fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
     let m = Server::builder().set("appendonly", "yes").start();
     let other = Server::start();
     let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 200);
+    grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
-    ok(
-        &mut c,
-        &rcmd!("REPLICAOF", "127.0.0.1", other.port().to_string()),
+    let _pipe = pipeline(
+        &m,
+        &[
+            &["LOCK.EXTEND", "k", "holder", "PX", "200"],
+            &["REPLICAOF", "127.0.0.1", &other.port().to_string()],
+        ],
     );
     match answer_within(&rx, Duration::from_secs(5)) {
         Err(e) => assert!(
@@ -311,8 +325,9 @@ fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
 fn debug_reload_keeps_waiters_and_the_expiry_handoff() {
     let m = Server::builder().set("appendonly", "no").start();
     let mut c = m.conn();
-    let (_, f0) = grant(&mut c, "k", b"holder", 400);
+    let (_, f0) = grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    assert_eq!(extend_px(&mut c, "k", b"holder", 400), 1);
     ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
     assert_eq!(info_some(&mut c, "k").fence, f0);
     let fence = assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
@@ -348,14 +363,15 @@ fn unmet_min_replicas_hold_back_the_handoff() {
         .start();
     let mut r = Server::start_replica_of(&m);
     let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 200);
+    grant(&mut c, "k", b"holder", 2_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
     r.stop(Stop::Kill);
     m.wait_info("replication", "min_slaves_good_slaves", "0");
     let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "other", "t", "PX", 1000));
     assert!(e.starts_with("NOREPLICAS"), "{e}");
-    // Well past the lease: the handoff is a write, and writes need a replica.
-    no_answer_for(&rx, Duration::from_millis(500), "min-replicas unmet");
+    // Until well past the lease: the handoff is a write, and writes need a replica.
+    let left = info_some(&mut c, "k").ttl.max(0) as u64;
+    no_answer_for(&rx, Duration::from_millis(left + 300), "min-replicas unmet");
     ok(
         &mut c,
         &rcmd!("CONFIG", "SET", "min-replicas-to-write", "0"),

@@ -55,10 +55,12 @@ const EXPIRATION: Arg = Arg {
     sub: &[
         Arg {
             token: Some(c"EX"),
+            summary: Some(c"time to live in seconds, 1 to 1000000000"),
             ..arg(c"seconds", INTEGER)
         },
         Arg {
             token: Some(c"PX"),
+            summary: Some(c"time to live in milliseconds, 1 to 1000000000000"),
             ..arg(c"milliseconds", INTEGER)
         },
     ],
@@ -82,7 +84,7 @@ const DOCS: [Doc; 4] = [
             Arg {
                 token: Some(c"BLOCK"),
                 optional: true,
-                summary: Some(c"wait up to this many milliseconds (0: no limit) for the lock"),
+                summary: Some(c"wait up to this many milliseconds (0: no limit; at most 1000000000000) for the lock"),
                 ..arg(c"timeout", INTEGER)
             },
         ],

@@ -371,6 +371,11 @@ impl Server {
         self.restart(Stop::Kill);
     }
 
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Waits (bounded) for the server process to exit on its own, e.g. after a `SHUTDOWN` that
     /// another connection sent; true if it exited.
     pub fn wait_exit(&mut self) -> bool {
