@@ -43,10 +43,6 @@ fn dispatch(
     token_at: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
-    if token_at > 0 && token_at < argc {
-        // Tokens are credentials: keep them out of SLOWLOG and MONITOR.
-        ffi::redact_arg(&ctx, token_at);
-    }
     let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
         &[]
     } else {
@@ -72,10 +68,17 @@ fn dispatch(
         argv: slices,
         raw: raw_args,
     };
-    match guard::command(|| handler(&call)) {
+    let status = match guard::command(|| handler(&call)) {
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
+    };
+    if token_at > 0 && token_at < argc {
+        // Tokens are credentials: keep them out of SLOWLOG and MONITOR. Only
+        // once the handler is done with the arguments: some servers (Valkey)
+        // replace the argument itself, not a copy kept for the logs.
+        ffi::redact_arg(&ctx, token_at);
     }
+    status
 }
 
 /// An `extern "C"` entry point for one handler; the argument at
