@@ -10,13 +10,29 @@ use super::errors::LockError;
 use super::limits::{MAX_BLOCK_MS, MAX_TTL_MS};
 use super::token::TokenArg;
 
-/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [BLOCK timeout-ms]`
+/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [EPHEMERAL] [BLOCK timeout-ms]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub token: TokenArg<'a>,
     pub ttl_ms: u64,
     /// `None`: answer at once. `Some(0)`: wait without limit.
     pub block_ms: Option<u64>,
+    /// The hold is bound to the asking connection.
+    pub ephemeral: bool,
+}
+
+/// `LOCK.CALL key token command [arg …]`: the token, and where the command starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub token: &'a [u8],
+    pub command_at: usize,
+}
+
+/// `LOCK.FENCE gate fence command [arg …]`: the fence, and where the command starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub fence: u64,
+    pub command_at: usize,
 }
 
 /// `LOCK.RELEASE key token`
@@ -50,9 +66,15 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
     let token = TokenArg::parse(&argv[2]).ok_or(LockError::InvalidToken)?;
     let mut ttl = TtlOption::default();
     let mut block_ms = None;
+    let mut ephemeral = false;
     let mut rest = argv[3..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
-        if name.eq_ignore_ascii_case(b"BLOCK") {
+        if name.eq_ignore_ascii_case(b"EPHEMERAL") {
+            if ephemeral {
+                return Err(LockError::RepeatedOption("EPHEMERAL"));
+            }
+            ephemeral = true;
+        } else if name.eq_ignore_ascii_case(b"BLOCK") {
             let value = rest.next().ok_or(LockError::MissingValue("BLOCK"))?;
             if block_ms.is_some() {
                 return Err(LockError::RepeatedOption("BLOCK"));
@@ -70,7 +92,44 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
         token,
         ttl_ms: ttl.finish()?,
         block_ms,
+        ephemeral,
     })
+}
+
+pub fn parse_call<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Call<'_>, LockError> {
+    if argv.len() < 4 {
+        return Err(LockError::Arity("lock.call"));
+    }
+    Ok(Call {
+        token: given_token(&argv[2])?,
+        command_at: 3,
+    })
+}
+
+pub fn parse_fence<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Fence, LockError> {
+    if argv.len() < 4 {
+        return Err(LockError::Arity("lock.fence"));
+    }
+    Ok(Fence {
+        fence: parse_fence_value(&argv[2])?,
+        command_at: 3,
+    })
+}
+
+/// `LOCK._GATE gate fence`: a gate's new highest fence, replayed by replicas
+/// and the AOF.
+pub fn parse_gate_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<u64, LockError> {
+    if argv.len() != 3 {
+        return Err(LockError::Arity("lock._gate"));
+    }
+    parse_fence_value(&argv[2])
+}
+
+fn parse_fence_value(raw: &[u8]) -> Result<u64, LockError> {
+    parse_i64(raw)
+        .filter(|&f| f > 0)
+        .map(|f| f as u64)
+        .ok_or(LockError::InvalidFence)
 }
 
 pub fn parse_release<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Release<'_>, LockError> {
@@ -112,9 +171,7 @@ pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, Loc
         return Err(LockError::Arity("lock._apply"));
     }
     let token = given_token(&argv[2])?;
-    let fence = parse_i64(&argv[3])
-        .filter(|&f| f > 0)
-        .ok_or(LockError::InvalidFence)? as u64;
+    let fence = parse_fence_value(&argv[3])?;
     let expire_at_ms = match argv.get(4) {
         Some(v) => Some(parse_i64(v).ok_or(LockError::InvalidTtl)?),
         None => None,
@@ -248,7 +305,8 @@ mod tests {
             Ok(Acquire {
                 token: TokenArg::Given(b"t"),
                 ttl_ms: 1500,
-                block_ms: None
+                block_ms: None,
+                ephemeral: false,
             })
         );
         let a = argv("LOCK.ACQUIRE k * BLOCK 0 Ex 3");
@@ -257,9 +315,46 @@ mod tests {
             Ok(Acquire {
                 token: TokenArg::Generate,
                 ttl_ms: 3000,
-                block_ms: Some(0)
+                block_ms: Some(0),
+                ephemeral: false,
             })
         );
+    }
+
+    #[test]
+    fn ephemeral_call_and_fence() {
+        let a = argv("lock.acquire k t ephemeral PX 5 BLOCK 1");
+        assert!(parse_acquire(&a).unwrap().ephemeral);
+        let a = argv("lock.acquire k t EPHEMERAL PX 5 EPHEMERAL");
+        assert_eq!(
+            parse_acquire(&a),
+            Err(LockError::RepeatedOption("EPHEMERAL"))
+        );
+        let c = argv("lock.call k tok SET x 1");
+        assert_eq!(
+            parse_call(&c),
+            Ok(Call {
+                token: b"tok",
+                command_at: 3
+            })
+        );
+        assert_eq!(
+            parse_call(&argv("lock.call k tok")),
+            Err(LockError::Arity("lock.call"))
+        );
+        let f = argv("lock.fence g 17 SET x 1");
+        assert_eq!(
+            parse_fence(&f),
+            Ok(Fence {
+                fence: 17,
+                command_at: 3
+            })
+        );
+        for bad in ["0", "-1", "x", "9223372036854775808"] {
+            let f = argv(&format!("lock.fence g {bad} GET x"));
+            assert_eq!(parse_fence(&f), Err(LockError::InvalidFence), "{bad}");
+        }
+        assert_eq!(parse_gate_apply(&argv("lock._gate g 9")), Ok(9));
     }
 
     #[test]

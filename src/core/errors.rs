@@ -42,6 +42,17 @@ pub enum LockError {
     ReadOnly,
     /// The internal replication command was sent by an ordinary client.
     InternalCommand,
+    /// `LOCK.CALL` by a token that does not hold the lock.
+    NotOwner,
+    /// `LOCK.FENCE` with a fence older than the gate's: (given, highest).
+    StaleFence(u64, u64),
+    /// A command that cannot run inside `LOCK.CALL` / `LOCK.FENCE`.
+    CannotCall(String),
+    /// A key of the inner command outside the lock's (or gate's) slot.
+    CrossSlot,
+    /// A lock command on a fence gate, or `LOCK.FENCE` on a lock.
+    GateNotLock,
+    LockNotGate,
     /// A bug in the module: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -67,6 +78,12 @@ impl fmt::Display for LockError {
             ReadOnly => f.write_str("READONLY You can't write against a read only replica."),
             SlotMoved => f.write_str("TRYAGAIN the lock's slot is moving or moved to another node; retry the command"),
             InternalCommand => f.write_str("ERR this command is internal to redislock replication and persistence"),
+            NotOwner => f.write_str("NOTOWNER the lock is not held by this token"),
+            StaleFence(fence, highest) => write!(f, "STALEFENCE fence {fence} is older than {highest}"),
+            CannotCall(cmd) => write!(f, "ERR '{cmd}' cannot run inside LOCK.CALL or LOCK.FENCE"),
+            CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
+            GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
+            LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
     }
@@ -103,6 +120,20 @@ mod tests {
             assert!(!s.contains('\n') && !s.contains('\r'), "{s}");
         }
         assert!(LockError::WrongType.to_string().starts_with("WRONGTYPE "));
+        assert!(LockError::GateNotLock.to_string().starts_with("WRONGTYPE "));
+        assert!(LockError::LockNotGate.to_string().starts_with("WRONGTYPE "));
+        assert_eq!(
+            LockError::NotOwner.to_string(),
+            "NOTOWNER the lock is not held by this token"
+        );
+        assert_eq!(
+            LockError::StaleFence(5, 9).to_string(),
+            "STALEFENCE fence 5 is older than 9"
+        );
+        assert!(LockError::CrossSlot.to_string().starts_with("CROSSSLOT "));
+        assert!(LockError::CannotCall("multi".into())
+            .to_string()
+            .starts_with("ERR "));
         assert!(LockError::SlotMoved.to_string().starts_with("TRYAGAIN "));
         assert!(LockError::ReadOnly.to_string().starts_with("READONLY "));
     }

@@ -18,6 +18,8 @@ pub const ENCODING_VERSION: i32 = 1;
 pub enum Mode {
     /// One holder at a time.
     Exclusive = 0,
+    /// A fence gate (`LOCK.FENCE`): the highest fence it accepted, no token.
+    Gate = 1,
 }
 
 impl Mode {
@@ -28,6 +30,7 @@ impl Mode {
     pub fn from_code(code: u64) -> Option<Self> {
         match code {
             0 => Some(Mode::Exclusive),
+            1 => Some(Mode::Gate),
             _ => None,
         }
     }
@@ -62,8 +65,24 @@ impl<'a> LockRef<'a> {
         self.token
     }
 
+    /// A gate is stored as a record without a token: every lock has one.
+    pub fn gate(highest: u64) -> Self {
+        LockRef {
+            fence: highest,
+            token: &[],
+        }
+    }
+
     pub fn mode(&self) -> Mode {
-        Mode::Exclusive
+        if self.token.is_empty() {
+            Mode::Gate
+        } else {
+            Mode::Exclusive
+        }
+    }
+
+    pub fn is_gate(&self) -> bool {
+        self.mode() == Mode::Gate
     }
 
     /// Whether `token` is the holder's (in constant time for equal lengths).
@@ -82,11 +101,15 @@ impl<'a> LockRef<'a> {
         if encver != ENCODING_VERSION {
             return Err(DecodeError::UnknownVersion);
         }
-        Mode::from_code(mode).ok_or(DecodeError::UnknownMode)?;
+        let mode = Mode::from_code(mode).ok_or(DecodeError::UnknownMode)?;
         if !fence::is_valid(fence) {
             return Err(DecodeError::BadFence);
         }
-        if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        let token_ok = match mode {
+            Mode::Exclusive => !token.is_empty() && token.len() <= MAX_TOKEN_LEN,
+            Mode::Gate => token.is_empty(),
+        };
+        if !token_ok {
             return Err(DecodeError::BadToken);
         }
         Ok(LockRef::new(token, fence))
@@ -116,9 +139,29 @@ pub fn decide_acquire(current: Option<LockRef<'_>>, token: Option<&[u8]>) -> Acq
     }
 }
 
+/// What `LOCK.FENCE` does with a fence, given the gate's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateDecision {
+    /// Run the command; `raise`: the gate's highest fence moves up to it.
+    Accept { raise: bool },
+    /// An older fence than the gate accepted: run nothing.
+    Stale { highest: u64 },
+}
+
+/// `gate` is the gate's record, if the key holds one.
+pub fn decide_gate(gate: Option<LockRef<'_>>, fence: u64) -> GateDecision {
+    match gate.map(|g| g.fence()) {
+        None => GateDecision::Accept { raise: true },
+        Some(highest) if fence < highest => GateDecision::Stale { highest },
+        Some(highest) => GateDecision::Accept {
+            raise: fence > highest,
+        },
+    }
+}
+
 /// Release and extend both act only for the holder.
 pub fn owned_by(current: Option<LockRef<'_>>, token: &[u8]) -> bool {
-    current.is_some_and(|lock| lock.is_held_by(token))
+    current.is_some_and(|lock| !lock.is_gate() && lock.is_held_by(token))
 }
 
 /// The absolute expiry for a TTL starting now, or `None` if it would not fit
@@ -183,6 +226,32 @@ mod tests {
         assert_eq!(
             LockRef::decode(1, 0, 5, &[1; 513]),
             Err(DecodeError::BadToken)
+        );
+    }
+
+    #[test]
+    fn gates_are_records_without_a_token() {
+        let g = LockRef::gate(42);
+        assert_eq!((g.mode(), g.fence(), g.is_gate()), (Mode::Gate, 42, true));
+        assert!(!LockRef::new(b"t", 1).is_gate());
+        assert_eq!(LockRef::decode(1, 1, 42, b""), Ok(g));
+        assert_eq!(LockRef::decode(1, 1, 42, b"t"), Err(DecodeError::BadToken));
+        assert_eq!(LockRef::decode(1, 0, 42, b""), Err(DecodeError::BadToken));
+        assert_eq!(LockRef::decode(1, 1, 0, b""), Err(DecodeError::BadFence));
+        // A gate is nobody's lock.
+        assert!(!owned_by(Some(g), b""));
+        assert_eq!(decide_gate(None, 5), GateDecision::Accept { raise: true });
+        assert_eq!(
+            decide_gate(Some(g), 42),
+            GateDecision::Accept { raise: false }
+        );
+        assert_eq!(
+            decide_gate(Some(g), 43),
+            GateDecision::Accept { raise: true }
+        );
+        assert_eq!(
+            decide_gate(Some(g), 41),
+            GateDecision::Stale { highest: 42 }
         );
     }
 

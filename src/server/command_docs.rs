@@ -14,6 +14,7 @@ struct Arg {
     kind: raw::RedisModuleCommandArgType,
     token: Option<&'static CStr>,
     optional: bool,
+    multiple: bool,
     summary: Option<&'static CStr>,
     sub: &'static [Arg],
 }
@@ -33,10 +34,24 @@ const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
         kind,
         token: None,
         optional: false,
+        multiple: false,
         summary: None,
         sub: &[],
     }
 }
+
+const STRING: raw::RedisModuleCommandArgType =
+    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+/// The guarded command of LOCK.CALL and LOCK.FENCE, with its arguments.
+const COMMAND: Arg = Arg {
+    summary: Some(c"the command to run, as the calling user; its keys in the lock key's slot"),
+    ..arg(c"command", STRING)
+};
+const COMMAND_ARGS: Arg = Arg {
+    optional: true,
+    multiple: true,
+    ..arg(c"arg", STRING)
+};
 
 const KEY: Arg = arg(
     c"key",
@@ -71,7 +86,7 @@ const EXPIRATION: Arg = Arg {
 };
 
 const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
-const DOCS: [Doc; 4] = [
+const DOCS: [Doc; 6] = [
     Doc {
         name: c"lock.acquire",
         summary: c"Acquires a lock, or waits for it in the server; returns the owner token and a fencing token",
@@ -81,6 +96,15 @@ const DOCS: [Doc; 4] = [
             KEY,
             TOKEN,
             EXPIRATION,
+            Arg {
+                token: Some(c"EPHEMERAL"),
+                optional: true,
+                summary: Some(c"release the lock when this connection closes"),
+                ..arg(
+                    c"ephemeral",
+                    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                )
+            },
             Arg {
                 token: Some(c"BLOCK"),
                 optional: true,
@@ -109,6 +133,28 @@ const DOCS: [Doc; 4] = [
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
         args: &[KEY],
+    },
+    Doc {
+        name: c"lock.call",
+        summary: c"Runs a command only if the token holds the lock, in the same atomic step",
+        arity: -4,
+        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        args: &[KEY, TOKEN, COMMAND, COMMAND_ARGS],
+    },
+    Doc {
+        name: c"lock.fence",
+        summary: c"Runs a command only if the fence is not older than the highest the gate key accepted",
+        arity: -4,
+        key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+        args: &[
+            KEY,
+            Arg {
+                summary: Some(c"the fencing token of the caller's grant"),
+                ..arg(c"fence", INTEGER)
+            },
+            COMMAND,
+            COMMAND_ARGS,
+        ],
     },
 ];
 
@@ -146,10 +192,17 @@ pub fn register(ctx: &Context) -> bool {
         // SAFETY: `ctx` is the load context; every pointer in `info` stays
         // valid for the call (static strings, `key_specs` and `arena`), and
         // Redis copies what it keeps.
-        unsafe {
+        let done = unsafe {
             let command = get_command(ctx.ctx, doc.name.as_ptr());
             !command.is_null() && set_info(command, &info) == raw::REDISMODULE_OK as c_int
+        };
+        if !done {
+            ctx.log_warning(&format!(
+                "command docs of {} refused",
+                doc.name.to_string_lossy()
+            ));
         }
+        done
     })
 }
 
@@ -172,11 +225,15 @@ fn raw_args(
             token: a.token.map_or(ptr::null(), CStr::as_ptr),
             summary: a.summary.map_or(ptr::null(), CStr::as_ptr),
             since: ptr::null(),
-            flags: if a.optional {
+            flags: (if a.optional {
                 raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int
             } else {
                 0
-            },
+            }) | (if a.multiple {
+                raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int
+            } else {
+                0
+            }),
             deprecated_since: ptr::null(),
             subargs: if a.sub.is_empty() {
                 ptr::null_mut()

@@ -17,13 +17,17 @@ use crate::core::token::{self, TokenArg};
 use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::reply::{self, Field};
-use crate::server::{config, lockops, state, stats, waiting};
+use crate::server::{config, ephemeral, lockops, state, stats, waiting};
 
-/// The lock on an open key, or WRONGTYPE if it holds something else.
+/// The lock on an open key, or WRONGTYPE if it holds something else (a
+/// fence gate included).
 fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
     match key.kind() {
         KeyKind::Empty => Ok(None),
-        KeyKind::Lock => Ok(key.lock()),
+        KeyKind::Lock => match key.lock() {
+            Some(l) if l.is_gate() => Err(LockError::GateNotLock),
+            lock => Ok(lock),
+        },
         KeyKind::Other => Err(LockError::WrongType),
     }
 }
@@ -46,6 +50,7 @@ pub fn acquire(call: &Call) -> Reply {
         }
     };
     let mut decision = lock::decide_acquire(current(&key)?, given);
+    let bind_to = req.ephemeral.then(|| ffi::client_id(ctx));
     if decision == AcquireDecision::Grant && waiting::count(ctx, name) > 0 {
         // The lock was freed where it could not be handed on at once (a key
         // event): its first waiter gets it, not this newcomer.
@@ -61,7 +66,7 @@ pub fn acquire(call: &Call) -> Reply {
                     let held_until = key.expire_at();
                     drop(key);
                     let timeout = limits::block_timeout(timeout, config::max_block_ms());
-                    waiting::block(ctx, name, token, ttl_ms, timeout, held_until);
+                    waiting::block(ctx, name, token, ttl_ms, timeout, held_until, bind_to);
                     RedisValue::NoReply
                 }
                 _ => {
@@ -81,6 +86,13 @@ pub fn acquire(call: &Call) -> Reply {
             fence
         }
     };
+    // A (re-)grant with EPHEMERAL binds the hold to this connection; a
+    // re-grant without it unbinds it.
+    let id = waiting::lock_id(ctx, name);
+    match bind_to {
+        Some(client) => ephemeral::bind(id, client, token, fence),
+        None => ephemeral::unbind(&id),
+    }
     Ok(reply::grant(ctx, token, fence))
 }
 
@@ -119,10 +131,25 @@ pub fn info(call: &Call) -> Reply {
     args::parse_info(argv)?;
     let name = &call.key();
     let key = LockKey::open(ctx, name, false);
-    let Some(lock) = current(&key)? else {
-        return Ok(RedisValue::Null);
+    let lock = match key.kind() {
+        KeyKind::Empty => return Ok(RedisValue::Null),
+        KeyKind::Other => return Err(LockError::WrongType),
+        KeyKind::Lock => match key.lock() {
+            Some(lock) => lock,
+            None => return Ok(RedisValue::Null),
+        },
     };
+    if lock.is_gate() {
+        return Ok(reply::fields(
+            ctx,
+            &[
+                ("mode", Field::Bytes(b"gate")),
+                ("fence", Field::Int(lock.fence() as i64)),
+            ],
+        ));
+    }
     let ttl = key.ttl_ms().unwrap_or(-1);
+    let client = ephemeral::client_of(&waiting::lock_id(ctx, argv[1]), lock.token(), lock.fence());
     Ok(reply::fields(
         ctx,
         &[
@@ -130,6 +157,8 @@ pub fn info(call: &Call) -> Reply {
             ("fence", Field::Int(lock.fence() as i64)),
             ("ttl", Field::Int(ttl)),
             ("waiters", Field::Int(waiting::count(ctx, argv[1]) as i64)),
+            ("mode", Field::Bytes(b"exclusive")),
+            ("client", Field::Int(client as i64)),
         ],
     ))
 }

@@ -69,6 +69,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let Some(record) = fields else {
             return std::ptr::null_mut();
         };
+        if record.view().is_gate() {
+            // A gate's fence was issued elsewhere: it is remembered by the
+            // gate, never fed into this server's fence clock.
+            stats::record_created();
+            return record.into_raw();
+        }
         let fence = record.view().fence();
         // A client's RESTORE payload may carry any fence: one far ahead of
         // what a server could have issued would use up the fences of every
@@ -102,7 +108,12 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     guard::callback((), || {
         // SAFETY: Redis passes a value of this type.
-        ffi::emit_aof_grant(aof, key, unsafe { lock_ref(value) });
+        let lock = unsafe { lock_ref(value) };
+        if lock.is_gate() {
+            ffi::emit_aof_gate(aof, key, lock.fence());
+        } else {
+            ffi::emit_aof_grant(aof, key, lock);
+        }
     })
 }
 

@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use redis_module::{raw, Context, RedisString, RedisValue};
 
 use crate::core::errors::LockError;
-use crate::server::{commands, ffi, guard, reply};
+use crate::server::{commands, ffi, guard, guarded, reply};
 
 /// What a handler answers: a value to reply with (or `NoReply` when it
 /// replied itself or blocked the client), or an error reply.
@@ -27,6 +27,11 @@ impl Call<'_> {
     /// calls this declares that key, so Redis's arity check guarantees it.
     pub fn key(&self) -> RedisString {
         RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
+    }
+
+    /// The arguments as Redis strings, for passing on to Redis.
+    pub fn raw_args(&self) -> &[*mut raw::RedisModuleString] {
+        self.raw
     }
 }
 
@@ -108,7 +113,7 @@ type Registration = (
 
 /// Registers every command; false if Redis refused one.
 pub fn register(ctx: &Context) -> bool {
-    let table: [Registration; 6] = [
+    let table: [Registration; 9] = [
         // May create a lock, so refused when memory is full.
         (
             c"lock.acquire",
@@ -139,6 +144,18 @@ pub fn register(ctx: &Context) -> bool {
             c"lock.info",
             entry!(commands::info, 0),
             c"readonly fast",
+            1,
+            1,
+            1,
+        ),
+        // Guarded writes: the inner command is checked and refused for
+        // memory by the inner call itself.
+        (c"lock.call", entry!(guarded::call, 2), c"write", 1, 1, 1),
+        (c"lock.fence", entry!(guarded::fence, 0), c"write", 1, 1, 1),
+        (
+            c"lock._gate",
+            entry!(guarded::apply_gate, 0),
+            c"write",
             1,
             1,
             1,

@@ -10,8 +10,8 @@ use redis_module::{Context, RedisString};
 use crate::core::errors::LockError;
 use crate::core::lock::LockRef;
 use crate::server::ffi::{self, LockKey};
-use crate::server::state;
 use crate::server::waiting::{self, LockId};
+use crate::server::{ephemeral, state};
 
 /// Grants the free lock `name` (open for writing as `key`) to `token` until
 /// `expire_at`, with a new fence, and propagates it. `event` is the
@@ -47,6 +47,7 @@ pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at
 
 /// Deletes the lock `name` and hands it to its first waiter.
 pub fn release(ctx: &Context, name: &RedisString, mut key: LockKey) {
+    ephemeral::unbind(&waiting::lock_id(ctx, name));
     key.delete();
     drop(key);
     ffi::replicate_delete(ctx, name);

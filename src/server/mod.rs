@@ -7,10 +7,12 @@ mod commands;
 mod config;
 mod datatype;
 mod dispatch;
+mod ephemeral;
 mod events;
 mod ffi;
 mod gate;
 mod guard;
+mod guarded;
 mod lockops;
 mod reply;
 mod scheduler;
@@ -43,7 +45,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     state::set_detached_context(ffi::detached_context(ctx));
-    if !stats::subscribe(ctx) || !events::subscribe(ctx) {
+    if !stats::subscribe(ctx) || !events::subscribe(ctx) || !ephemeral::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }

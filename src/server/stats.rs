@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
-use crate::server::{ffi, guard, scheduler, waiting};
+use crate::server::{ephemeral, ffi, guard, scheduler, waiting};
 
 pub struct Counter(AtomicU64);
 
@@ -41,6 +41,14 @@ pub static WAITS: Counter = Counter::new();
 pub static HANDOFFS: Counter = Counter::new();
 /// Waits that ended without the lock (timeout or `CLIENT UNBLOCK`).
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Holds released because their `EPHEMERAL` connection closed.
+pub static EPHEMERAL_RELEASES: Counter = Counter::new();
+/// `LOCK.CALL` commands run, and refused because the token did not hold the lock.
+pub static CALLS: Counter = Counter::new();
+pub static CALLS_NOT_OWNER: Counter = Counter::new();
+/// `LOCK.FENCE` commands run, and refused for a stale fence.
+pub static FENCES_ACCEPTED: Counter = Counter::new();
+pub static FENCES_STALE: Counter = Counter::new();
 /// Locks removed by Redis because their TTL passed.
 pub static EXPIRED: Counter = Counter::new();
 
@@ -111,6 +119,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         int("locks", LOCKS.load(Relaxed).max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
+            int("ephemeral_holds", ephemeral::count() as i64);
             // Work pending in the scheduler (at most one job per lock with
             // waiters and per waiter), and the Redis timers behind it (0 or 1).
             let (jobs, timers) = scheduler::pending();
@@ -129,6 +138,11 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
             ("handoffs", &HANDOFFS),
             ("wait_timeouts", &WAIT_TIMEOUTS),
             ("expired", &EXPIRED),
+            ("ephemeral_releases", &EPHEMERAL_RELEASES),
+            ("calls", &CALLS),
+            ("calls_not_owner", &CALLS_NOT_OWNER),
+            ("fences_accepted", &FENCES_ACCEPTED),
+            ("fences_stale", &FENCES_STALE),
         ] {
             int(name, counter.get() as i64);
         }

@@ -26,7 +26,7 @@ use crate::core::lock;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
 use crate::server::scheduler::{self, Job};
-use crate::server::{cluster, guard, lockops, reply, state, stats};
+use crate::server::{cluster, ephemeral, guard, lockops, reply, state, stats};
 
 /// A lock by database and key name.
 pub type LockId = (i32, Vec<u8>);
@@ -35,6 +35,8 @@ pub type LockId = (i32, Vec<u8>);
 pub struct Request {
     token: Vec<u8>,
     ttl_ms: u64,
+    /// With `EPHEMERAL`: the waiting connection, which the grant is bound to.
+    bind_to: Option<u64>,
 }
 
 thread_local! {
@@ -47,7 +49,7 @@ fn with<R>(f: impl FnOnce(&mut Waiters<BlockedHandle, LockId, Request>) -> R) ->
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
-fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
+pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
     (ffi::selected_db(ctx), name.to_vec())
 }
 
@@ -90,6 +92,7 @@ pub fn block(
     ttl_ms: u64,
     timeout_ms: u64,
     held_until: Option<i64>,
+    bind_to: Option<u64>,
 ) {
     let id = lock_id(ctx, name);
     let handle = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect);
@@ -100,6 +103,7 @@ pub fn block(
             Request {
                 token: token.to_vec(),
                 ttl_ms,
+                bind_to,
             },
         )
     });
@@ -144,9 +148,10 @@ pub fn serve(ctx: &Context, name: &RedisString) {
         return;
     }
     let id = lock_id(ctx, name);
-    let Some((handle, token, ttl_ms)) =
-        with(|w| w.head(&id).map(|(h, r)| (h, r.token.clone(), r.ttl_ms)))
-    else {
+    let Some((handle, token, ttl_ms, bind_to)) = with(|w| {
+        w.head(&id)
+            .map(|(h, r)| (h, r.token.clone(), r.ttl_ms, r.bind_to))
+    }) else {
         return;
     };
     let key = LockKey::open(ctx, name, true);
@@ -157,6 +162,12 @@ pub fn serve(ctx: &Context, name: &RedisString) {
             return;
         }
         KeyKind::Empty => {}
+        KeyKind::Lock if key.lock().is_some_and(|l| l.is_gate()) => {
+            // A fence gate took the name (RENAME, RESTORE): never a lock.
+            drop(key);
+            refuse_all(&id, Refusal::WrongType);
+            return;
+        }
         KeyKind::Lock => {
             // Still held (extended, or freed and retaken): look again just
             // after its expiry.
@@ -184,6 +195,9 @@ pub fn serve(ctx: &Context, name: &RedisString) {
         return;
     };
     stats::HANDOFFS.bump();
+    if let Some(client) = bind_to {
+        ephemeral::bind(id.clone(), client, &token, fence);
+    }
     scheduler::cancel(&Job::Deadline(handle));
     let more = with(|w| {
         w.grant(handle, fence);
@@ -226,14 +240,17 @@ fn serve_soon(id: LockId) {
 /// overwrite, the source side of RENAME, MOVE and MIGRATE): Redis is in the
 /// middle of deleting it, so any handoff is scheduled, not made here.
 pub fn on_lock_unlinked(db: i32, key: &[u8]) {
+    let id = (db, key.to_vec());
+    ephemeral::unbind(&id);
     if with(|w| w.is_empty()) {
         return;
     }
-    serve_soon((db, key.to_vec()));
+    serve_soon(id);
 }
 
 /// A server that becomes a replica grants nothing: its waiters are told so.
 pub fn on_demoted() {
+    ephemeral::unbind_where(|_| true);
     let refused = with(|w| w.refuse_everyone(Refusal::Demoted));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
@@ -244,6 +261,7 @@ pub fn on_demoted() {
 /// SWAPDB exchanges two databases without key events: every lock with
 /// waiters in either is looked at again.
 pub fn on_swapped(first: i32, second: i32) {
+    ephemeral::unbind_where(|(d, _)| *d == first || *d == second);
     let ids = with(|w| w.locks_where(|(d, _)| *d == first || *d == second));
     ids.into_iter().for_each(serve_soon);
 }
@@ -251,6 +269,7 @@ pub fn on_swapped(first: i32, second: i32) {
 /// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in
 /// the flushed database(s) once the flush is done.
 pub fn on_flushed(db: i32) {
+    ephemeral::unbind_where(|(d, _)| db == -1 || *d == db);
     let ids = with(|w| w.locks_where(|(d, _)| db == -1 || *d == db));
     ids.into_iter().for_each(serve_soon);
 }

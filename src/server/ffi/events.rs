@@ -80,3 +80,9 @@ pub fn unlinked_key<'a>(opt: *mut raw::RedisModuleKeyOptCtx) -> (i32, &'a [u8]) 
         (db, RedisString::string_as_slice(name))
     }
 }
+
+/// The id of the client a CLIENT_CHANGE server event is about.
+pub fn changed_client_id(data: *mut c_void) -> u64 {
+    // SAFETY: Redis passes a `RedisModuleClientInfo` with the CLIENT_CHANGE event.
+    unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id }
+}

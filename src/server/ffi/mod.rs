@@ -4,6 +4,7 @@
 //! outside this folder calls the raw API except through these.
 
 mod blocking;
+mod call;
 mod events;
 mod io;
 mod key;
@@ -11,6 +12,7 @@ mod propagate;
 mod timer;
 
 pub use blocking::*;
+pub use call::*;
 pub use events::*;
 pub use io::*;
 pub use key::*;

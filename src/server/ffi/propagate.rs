@@ -106,3 +106,31 @@ pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: LockRef<'_>) {
         raw::RedisModule_DigestEndSequence.unwrap()(md);
     }
 }
+
+const GATE: &CStr = c"LOCK._GATE";
+
+/// Propagates a fence gate's new highest fence.
+pub fn replicate_gate(ctx: &Context, key: &RedisString, fence: u64) {
+    let mut fence_buf = [0u8; 20];
+    let fence = args::decimal(fence, &mut fence_buf);
+    // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            GATE.as_ptr(),
+            c"sb".as_ptr(),
+            key.inner,
+            fence.as_ptr().cast::<c_char>(),
+            fence.len(),
+        )
+    };
+}
+
+/// Writes a fence gate to a rewritten AOF.
+pub fn emit_aof_gate(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, fence: u64) {
+    // SAFETY: `aof` and `key` come from Redis's rewrite callback; the format
+    // "sl" matches a Redis string and a long long.
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(aof, GATE.as_ptr(), c"sl".as_ptr(), key, fence as i64)
+    };
+}

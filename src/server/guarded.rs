@@ -1,0 +1,158 @@
+//! Guarded writes: `LOCK.CALL` runs a command only for the lock's holder,
+//! `LOCK.FENCE` only for a fence not older than the highest its gate key
+//! accepted — each in the same atomic step as the check.
+//!
+//! The inner command runs through `RedisModule_Call` as the calling user
+//! (ACL on commands and keys), refused for memory like a client's command,
+//! in script mode (nothing that cannot run inside another command), and
+//! with its effects replicated; Redis wraps them with ours in MULTI/EXEC.
+//! In Cluster every key of the inner command must be in the slot of the
+//! lock (or gate) key, so the check and the write happen on one node.
+
+use redis_module::RedisValue;
+
+use crate::core::args;
+use crate::core::errors::LockError;
+use crate::core::lock::{self, GateDecision, LockRef};
+use crate::core::slot;
+use crate::server::dispatch::{Call, Reply};
+use crate::server::ffi::{self, KeyKind, LockKey};
+use crate::server::stats;
+
+pub fn call(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
+    let req = args::parse_call(argv)?;
+    let name = call.key();
+    let key = LockKey::open(ctx, &name, false);
+    let held = match key.kind() {
+        KeyKind::Empty => false,
+        KeyKind::Lock => match key.lock() {
+            Some(l) if l.is_gate() => return Err(LockError::GateNotLock),
+            l => lock::owned_by(l, req.token),
+        },
+        KeyKind::Other => return Err(LockError::WrongType),
+    };
+    drop(key);
+    if !held {
+        stats::CALLS_NOT_OWNER.bump();
+        return Err(LockError::NotOwner);
+    }
+    check_command(call, req.command_at)?;
+    stats::CALLS.bump();
+    run(call, req.command_at)?;
+    Ok(RedisValue::NoReply)
+}
+
+pub fn fence(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
+    let req = args::parse_fence(argv)?;
+    let name = call.key();
+    let key = LockKey::open(ctx, &name, false);
+    let decision = match key.kind() {
+        KeyKind::Empty => lock::decide_gate(None, req.fence),
+        KeyKind::Lock => match key.lock() {
+            Some(g) if g.is_gate() => lock::decide_gate(Some(g), req.fence),
+            _ => return Err(LockError::LockNotGate),
+        },
+        KeyKind::Other => return Err(LockError::WrongType),
+    };
+    drop(key);
+    let raise = match decision {
+        GateDecision::Stale { highest } => {
+            stats::FENCES_STALE.bump();
+            return Err(LockError::StaleFence(req.fence, highest));
+        }
+        GateDecision::Accept { raise } => raise,
+    };
+    check_command(call, req.command_at)?;
+    stats::FENCES_ACCEPTED.bump();
+    let ran = run(call, req.command_at)?;
+    // The gate moves only for a command that ran: one refused (ACL, memory,
+    // an error of its own) leaves everything as it was.
+    if raise && ran {
+        let mut key = LockKey::open(ctx, &name, true);
+        let may_set = match key.kind() {
+            KeyKind::Empty => true,
+            KeyKind::Lock => key
+                .lock()
+                .is_some_and(|g| g.is_gate() && g.fence() < req.fence),
+            // The command itself put another type under the gate's name.
+            KeyKind::Other => false,
+        };
+        if may_set && key.set_lock(LockRef::gate(req.fence)) {
+            drop(key);
+            ffi::replicate_gate(ctx, &name, req.fence);
+        }
+    }
+    Ok(RedisValue::NoReply)
+}
+
+/// Refuses what must not run inside a guard: the module's own commands, and
+/// in Cluster any key outside the guard key's slot.
+fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
+    let command = call.argv[at];
+    if command.len() >= 5 && command[..5].eq_ignore_ascii_case(b"lock.") {
+        return Err(LockError::CannotCall(printable(command)));
+    }
+    if call
+        .ctx
+        .get_flags()
+        .contains(redis_module::ContextFlags::CLUSTER)
+    {
+        let inner = &call.raw_args()[at..];
+        let home = slot::key_slot(call.argv[1]);
+        let keys = ffi::command_keys(call.ctx, inner);
+        if keys
+            .iter()
+            .filter_map(|&p| call.argv.get(at + p))
+            .any(|k| slot::key_slot(k) != home)
+        {
+            return Err(LockError::CrossSlot);
+        }
+    }
+    Ok(())
+}
+
+/// Runs the inner command and forwards its reply; whether it ran without
+/// an error.
+fn run(call: &Call, at: usize) -> Result<bool, LockError> {
+    let reply = ffi::call(call.ctx, &call.raw_args()[at..])
+        .ok_or_else(|| LockError::CannotCall(printable(call.argv[at])))?;
+    reply.forward(call.ctx);
+    Ok(!reply.is_error())
+}
+
+fn printable(name: &[u8]) -> String {
+    name.iter()
+        .take(64)
+        .map(|&b| {
+            if b.is_ascii_graphic() {
+                b.to_ascii_lowercase() as char
+            } else {
+                '?'
+            }
+        })
+        .collect()
+}
+
+/// Rebuilds a gate's highest fence as the master (or the AOF) recorded it.
+/// Internal: only the master link and AOF loading may use it.
+pub fn apply_gate(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
+    if !ffi::from_master_or_aof(ctx) {
+        return Err(LockError::InternalCommand);
+    }
+    let fence = args::parse_gate_apply(argv)?;
+    let mut key = LockKey::open(ctx, &call.key(), true);
+    match key.kind() {
+        KeyKind::Other => return Err(LockError::WrongType),
+        KeyKind::Lock if key.lock().is_some_and(|l| !l.is_gate()) => {
+            return Err(LockError::LockNotGate)
+        }
+        _ => {}
+    }
+    key.set_lock(LockRef::gate(fence));
+    drop(key);
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
