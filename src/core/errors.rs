@@ -48,6 +48,8 @@ pub enum LockError {
     StaleFence(u64, u64),
     /// A command that cannot run inside `LOCK.CALL` / `LOCK.FENCE`.
     CannotCall(String),
+    /// The inner command, or one of its keys, is not allowed for the user.
+    NoPermission(String),
     /// A key of the inner command outside the lock's (or gate's) slot.
     CrossSlot,
     /// A lock command on a fence gate, or `LOCK.FENCE` on a lock.
@@ -81,6 +83,7 @@ impl fmt::Display for LockError {
             NotOwner => f.write_str("NOTOWNER the lock is not held by this token"),
             StaleFence(fence, highest) => write!(f, "STALEFENCE fence {fence} is older than {highest}"),
             CannotCall(cmd) => write!(f, "ERR '{cmd}' cannot run inside LOCK.CALL or LOCK.FENCE"),
+            NoPermission(cmd) => write!(f, "NOPERM this user has no permissions to run the '{cmd}' command or to access one of its keys"),
             CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
@@ -131,6 +134,9 @@ mod tests {
             "STALEFENCE fence 5 is older than 9"
         );
         assert!(LockError::CrossSlot.to_string().starts_with("CROSSSLOT "));
+        assert!(LockError::NoPermission("set".into())
+            .to_string()
+            .starts_with("NOPERM "));
         assert!(LockError::CannotCall("multi".into())
             .to_string()
             .starts_with("ERR "));

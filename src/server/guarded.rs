@@ -118,6 +118,14 @@ fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
 fn run(call: &Call, at: usize) -> Result<bool, LockError> {
     let reply = ffi::call(call.ctx, &call.raw_args()[at..])
         .ok_or_else(|| LockError::CannotCall(printable(call.argv[at])))?;
+    // Redis 7.0 words an ACL refusal inside a call as `ERR acl verification
+    // failed…`; the client gets the NOPERM it would get sending the command.
+    if reply
+        .error_text()
+        .is_some_and(|t| t.starts_with(b"ERR acl verification failed"))
+    {
+        return Err(LockError::NoPermission(printable(call.argv[at])));
+    }
     reply.forward(call.ctx);
     Ok(!reply.is_error())
 }

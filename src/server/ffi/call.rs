@@ -20,6 +20,20 @@ pub struct CallReply {
 }
 
 impl CallReply {
+    /// The text of an error reply; `None` for any other reply.
+    pub fn error_text(&self) -> Option<Vec<u8>> {
+        if self.ptr.is_null() || !self.is_error() {
+            return None;
+        }
+        let mut len = 0usize;
+        // SAFETY: `ptr` is a live error reply; Redis returns a pointer to its
+        // text and the length, valid while the reply lives.
+        unsafe {
+            let p = raw::RedisModule_CallReplyStringPtr.unwrap()(self.ptr, &mut len);
+            (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len).to_vec())
+        }
+    }
+
     /// Whether the command answered an error (or could not run).
     pub fn is_error(&self) -> bool {
         // SAFETY: `ptr` is a live reply.

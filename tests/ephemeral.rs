@@ -1,0 +1,277 @@
+//! `EPHEMERAL` (SPEC "Connection-bound holds"): a hold bound to its connection is released the
+//! moment that connection closes — crash, `CLIENT KILL`, `QUIT`, idle timeout — exactly as
+//! `LOCK.RELEASE` would: handed to the first waiter, replicated and written to the AOF as a
+//! release. The lease stays the backstop; the binding lives on the granting server only.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn client_of(con: &mut redis::Connection, key: &str) -> i64 {
+    let v = ok(con, &rcmd!("LOCK.INFO", key));
+    let items = match v {
+        redis::Value::Array(items) => items,
+        other => panic!("LOCK.INFO answered {other:?}"),
+    };
+    items
+        .chunks(2)
+        .find(|kv| as_bytes(&kv[0]) == b"client")
+        .map(|kv| as_int(&kv[1]))
+        .expect("LOCK.INFO has a client field")
+}
+
+/// Waits until the server has closed connection `id`, then for two more round trips, so that
+/// work it scheduled on the disconnect (a release in the next event-loop pass) has run.
+fn wait_client_gone(con: &mut redis::Connection, id: i64) {
+    let deadline = Instant::now() + Duration::from_secs(5) * time_scale();
+    loop {
+        let list = as_bytes(&ok(con, &rcmd!("CLIENT", "LIST", "ID", id)));
+        if list.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "connection {id} still open");
+        thread::sleep(Duration::from_millis(2));
+    }
+    ping(con);
+    ping(con);
+}
+
+/// A waiter for `key`; its grant (or nil) arrives on the channel once it is queued.
+fn queue_waiter(s: &Server, key: &str, token: &str) -> mpsc::Receiver<Option<(Vec<u8>, i64)>> {
+    let mut con = s.conn();
+    let (tx, rx) = mpsc::channel();
+    let (k, t) = (key.to_string(), token.to_string());
+    let before = info(&mut s.conn(), key).map_or(0, |i| i.waiters);
+    thread::spawn(move || {
+        let v = ok(
+            &mut con,
+            &rcmd!("LOCK.ACQUIRE", &k, &t, "PX", 60_000, "BLOCK", 10_000),
+        );
+        let _ = tx.send(parse_grant(&v));
+    });
+    wait_waiters(&mut s.conn(), key, before + 1);
+    rx
+}
+
+/// The waiter is granted promptly: well within the holder's minute-long lease.
+#[track_caller]
+fn granted_promptly(rx: &mpsc::Receiver<Option<(Vec<u8>, i64)>>, token: &str, since: Instant) {
+    let got = rx
+        .recv_timeout(Duration::from_secs(5) * time_scale())
+        .expect("the waiter was never answered");
+    assert_eq!(got.map(|(t, _)| t), Some(token.as_bytes().to_vec()));
+    assert!(
+        since.elapsed() < Duration::from_secs(2) * time_scale(),
+        "granted only after {:?}",
+        since.elapsed()
+    );
+}
+
+#[test]
+fn a_crashed_client_process_hands_its_lock_on_at_once() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // A real client process holding the lock on its own connection.
+    let mut cli = Command::new("redis-cli")
+        .args(["-p", &s.port().to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    cli.stdin
+        .as_mut()
+        .unwrap()
+        .write_all(b"LOCK.ACQUIRE k crashed PX 60000 EPHEMERAL\n")
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while info(&mut c, "k").is_none() {
+        assert!(Instant::now() < deadline, "redis-cli never took the lock");
+        thread::sleep(Duration::from_millis(5));
+    }
+    assert!(client_of(&mut c, "k") > 0);
+    let rx = queue_waiter(&s, "k", "next");
+    let killed = Instant::now();
+    cli.kill().unwrap();
+    cli.wait().unwrap();
+    granted_promptly(&rx, "next", killed);
+    assert_eq!(
+        s.info_field("redislock", "redislock_ephemeral_releases")
+            .as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn client_kill_quit_and_idle_timeout_release() {
+    let s = Server::start();
+    let mut c = s.conn();
+    // CLIENT KILL ID
+    let mut holder = RawConn::connect(&s);
+    let id = holder.client_id();
+    holder.call(&["LOCK.ACQUIRE", "a", "h", "PX", "60000", "EPHEMERAL"]);
+    assert_eq!(client_of(&mut c, "a"), id);
+    let rx = queue_waiter(&s, "a", "w");
+    let t = Instant::now();
+    ok(&mut c, &rcmd!("CLIENT", "KILL", "ID", id));
+    granted_promptly(&rx, "w", t);
+    // QUIT
+    let mut holder = RawConn::connect(&s);
+    holder.call(&["LOCK.ACQUIRE", "b", "h", "PX", "60000", "EPHEMERAL"]);
+    let rx = queue_waiter(&s, "b", "w");
+    let t = Instant::now();
+    holder.call(&["QUIT"]);
+    granted_promptly(&rx, "w", t);
+    // Idle timeout: the server closes a connection idle for a second.
+    ok(&mut c, &rcmd!("CONFIG", "SET", "timeout", "1"));
+    let mut holder = RawConn::connect(&s);
+    holder.call(&["LOCK.ACQUIRE", "c", "h", "PX", "60000", "EPHEMERAL"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while info(&mut c, "c").is_some() {
+        assert!(Instant::now() < deadline, "idle holder never released");
+        thread::sleep(Duration::from_millis(20));
+        ping(&mut c);
+    }
+    ok(&mut c, &rcmd!("CONFIG", "SET", "timeout", "0"));
+    drop(holder);
+}
+
+#[test]
+fn a_regrant_rebinds_and_extend_keeps_the_binding() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let mut a = RawConn::connect(&s);
+    let mut b = RawConn::connect(&s);
+    let (ida, idb) = (a.client_id(), b.client_id());
+    a.call(&["LOCK.ACQUIRE", "k", "tok", "PX", "60000", "EPHEMERAL"]);
+    assert_eq!(client_of(&mut c, "k"), ida);
+    // The same token re-granted from another connection with EPHEMERAL: bound there now.
+    b.call(&["LOCK.ACQUIRE", "k", "tok", "PX", "60000", "EPHEMERAL"]);
+    assert_eq!(client_of(&mut c, "k"), idb);
+    a.close();
+    // A's connection is gone; the lock is B's to lose.
+    wait_client_gone(&mut c, ida);
+    assert_eq!(client_of(&mut c, "k"), idb);
+    // EXTEND, from any connection, changes no binding.
+    assert_eq!(extend_px(&mut c, "k", b"tok", 30_000), 1);
+    assert_eq!(client_of(&mut c, "k"), idb);
+    // A re-grant without EPHEMERAL unbinds: closing B then releases nothing.
+    let (_, fence) = grant(&mut c, "k", b"tok", 30_000);
+    assert_eq!(client_of(&mut c, "k"), 0);
+    b.close();
+    wait_client_gone(&mut c, idb);
+    assert_eq!(info_some(&mut c, "k").fence, fence);
+    // Released normally: no binding is left behind.
+    assert_eq!(release(&mut c, "k", b"tok"), 1);
+    assert_eq!(
+        s.info_field("redislock", "redislock_ephemeral_holds")
+            .as_deref(),
+        Some("0")
+    );
+}
+
+#[test]
+fn a_waiter_granted_with_ephemeral_is_bound_to_its_own_connection() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "k", b"first", 60_000);
+    let mut w = RawConn::connect(&s);
+    let wid = w.client_id();
+    w.send(&[
+        "LOCK.ACQUIRE",
+        "k",
+        "second",
+        "PX",
+        "60000",
+        "EPHEMERAL",
+        "BLOCK",
+        "10000",
+    ]);
+    wait_waiters(&mut c, "k", 1);
+    let rx = queue_waiter(&s, "k", "third");
+    assert_eq!(release(&mut c, "k", b"first"), 1);
+    match w.read().expect("grant") {
+        Resp::Array(items) => assert_eq!(items[0], Resp::Bulk(b"second".to_vec())),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(client_of(&mut c, "k"), wid);
+    let t = Instant::now();
+    w.close();
+    granted_promptly(&rx, "third", t);
+    assert_eq!(client_of(&mut c, "k"), 0);
+}
+
+fn aof_text(server: &Server) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(server.dir().join("appendonlydir")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".incr.aof") {
+            text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
+        }
+    }
+    text
+}
+
+#[test]
+fn replicas_and_the_aof_see_a_plain_release() {
+    let m = Server::builder()
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    let mut holder = RawConn::connect(&m);
+    holder.call(&["LOCK.ACQUIRE", "eph", "h", "PX", "60000", "EPHEMERAL"]);
+    wait_replica_caught_up(&m, &r);
+    assert!(exists(&mut r.conn(), "eph"));
+    assert_eq!(
+        client_of(&mut r.conn(), "eph"),
+        0,
+        "bindings are not replicated"
+    );
+    holder.close();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while exists(&mut c, "eph") {
+        assert!(Instant::now() < deadline);
+        thread::sleep(Duration::from_millis(5));
+    }
+    wait_replica_caught_up(&m, &r);
+    assert!(!exists(&mut r.conn(), "eph"));
+    let aof = aof_text(&m);
+    let released = aof.rfind("DEL").expect("a DEL in the AOF");
+    assert!(released > aof.rfind("LOCK._APPLY").unwrap());
+    assert_eq!(
+        as_bytes(&ok(&mut c, &rcmd!("DEBUG", "DIGEST"))),
+        as_bytes(&ok(&mut r.conn(), &rcmd!("DEBUG", "DIGEST")))
+    );
+}
+
+#[test]
+fn reload_and_failover_leave_the_lease_only() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    let mut holder = RawConn::connect(&m);
+    let id = holder.client_id();
+    holder.call(&["LOCK.ACQUIRE", "k", "h", "PX", "60000", "EPHEMERAL"]);
+    assert_eq!(client_of(&mut c, "k"), id);
+    ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
+    assert_eq!(client_of(&mut c, "k"), 0, "DEBUG RELOAD drops the binding");
+    holder.close();
+    wait_client_gone(&mut c, id);
+    assert!(exists(&mut c, "k"), "the lease holds the lock now");
+    // Failover: the promoted replica has the lock, with its lease and no binding.
+    let mut holder = RawConn::connect(&m);
+    holder.call(&["LOCK.ACQUIRE", "f", "h", "PX", "60000", "EPHEMERAL"]);
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    ok(&mut rc, &rcmd!("REPLICAOF", "NO", "ONE"));
+    assert_eq!(client_of(&mut rc, "f"), 0);
+    assert!(info_some(&mut rc, "f").ttl > 50_000);
+    drop(holder);
+}
