@@ -116,6 +116,8 @@ fn what_cannot_run_inside_a_command_is_refused() {
         vec!["WATCH", "x"],
         vec!["SUBSCRIBE", "ch"],
         vec!["BLPOP", "list", "0"],
+        vec!["XREAD", "BLOCK", "0", "STREAMS", "s", "$"],
+        vec!["WAIT", "1", "0"],
         vec!["LOCK.RELEASE", "lock", "me"],
         vec!["lock.acquire", "other", "t", "PX", "100"],
         vec!["LOCK.CALL", "lock", "me", "GET", "x"],

@@ -9,6 +9,9 @@
 //! In Cluster every key of the inner command must be in the slot of the
 //! lock (or gate) key, so the check and the write happen on one node.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use redis_module::RedisValue;
 
 use crate::core::args;
@@ -91,7 +94,8 @@ pub fn fence(call: &Call) -> Reply {
 /// in Cluster any key outside the guard key's slot.
 fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
     let command = call.argv[at];
-    if command.len() >= 5 && command[..5].eq_ignore_ascii_case(b"lock.") {
+    if command.len() >= 5 && command[..5].eq_ignore_ascii_case(b"lock.") || may_block(call, command)
+    {
         return Err(LockError::CannotCall(printable(command)));
     }
     if call
@@ -111,6 +115,42 @@ fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
         }
     }
     Ok(())
+}
+
+thread_local! {
+    /// Whether a known command may block, by lower-case name. Bounded by the
+    /// server's command table: unknown names are not remembered.
+    static BLOCKING: RefCell<HashMap<Vec<u8>, bool>> = RefCell::new(HashMap::new());
+}
+
+/// Whether `command` is flagged as possibly blocking (`BLPOP`, `XREAD`,
+/// `WAIT`, …): script mode refuses them on Redis 7.0 but runs them on newer
+/// servers, and a guard never waits.
+fn may_block(call: &Call, command: &[u8]) -> bool {
+    let name = command.to_ascii_lowercase();
+    if let Some(known) = BLOCKING.with(|b| b.borrow().get(&name).copied()) {
+        return known;
+    }
+    let Ok(text) = std::str::from_utf8(&name) else {
+        return false;
+    };
+    let flags = match call.ctx.call("COMMAND", &["INFO", text]) {
+        Ok(RedisValue::Array(entries)) => match entries.into_iter().next() {
+            Some(RedisValue::Array(info)) => info.into_iter().nth(2),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(RedisValue::Array(flags)) = flags else {
+        return false;
+    };
+    let blocking = flags.iter().any(|f| match f {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s == "blocking",
+        RedisValue::SimpleStringStatic(s) => *s == "blocking",
+        _ => false,
+    });
+    BLOCKING.with(|b| b.borrow_mut().insert(name, blocking));
+    blocking
 }
 
 /// Runs the inner command and forwards its reply; whether it ran without
