@@ -24,16 +24,27 @@ run: build
 
 # Unit tests of the core, then integration tests against real redis-server
 # processes that load the module just built, including tests/clients.rs, which
-# runs the client examples (Python, Node.js, Rust). scripts/clients.sh first
-# installs their libraries and a Valkey 8.1 server into target/pyenv and
-# examples/node/node_modules; the integration tests then run again on Valkey.
+# runs the client examples (Python, Node.js, Rust); then the suites of the client
+# libraries (clients/python with pytest, which also replays the manual's
+# examples, and clients/node with node --test). scripts/clients.sh first installs
+# their libraries and a Valkey 8.1 server into target/pyenv and node_modules; the
+# integration tests and the client suites then run again on Valkey.
 test: build
 	@scripts/clients.sh
 	$(CARGO) test --release
+	@scripts/client-tests.sh
 	@valkey=$$(scripts/valkey.sh) && \
 		echo "# integration tests again, on $$("$$valkey" --version | cut -d' ' -f1-3)" && \
 		echo "REDIS_SERVER=$$valkey $(CARGO) test --release --test '*'" && \
-		REDIS_SERVER="$$valkey" $(CARGO) test --release --test '*'
+		REDIS_SERVER="$$valkey" $(CARGO) test --release --test '*' && \
+		REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$valkey"
+
+# The client libraries' suites alone, on Redis and on Valkey (after make build).
+.PHONY: test-clients
+test-clients: build
+	@scripts/clients.sh
+	@scripts/client-tests.sh
+	@REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$(scripts/valkey.sh)"
 
 lint:
 	$(CARGO) fmt --check

@@ -62,6 +62,7 @@ fn connect(client: &Client) -> Result<Connection> {
     Ok(con)
 }
 
+// docs:begin calls
 /// `LOCK.ACQUIRE key token PX ms [extra…]`: the grant, or `None` when the lock is busy.
 fn acquire(
     con: &mut Connection,
@@ -93,6 +94,7 @@ fn extend(con: &mut Connection, key: &str, token: &str, px: u64) -> Result<i64> 
         .arg(px)
         .query(con)?)
 }
+// docs:end calls
 
 /// One integer field of `LOCK.INFO` (a flat field/value array under RESP2, a map under RESP3).
 fn info_field(con: &mut Connection, key: &str, field: &str) -> Result<Option<i64>> {

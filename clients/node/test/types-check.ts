@@ -1,0 +1,31 @@
+// Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
+import { Locker, Hold, LockBusyError, LockLostError, StaleFenceError } from "..";
+
+declare const client: object;
+
+async function uses(): Promise<bigint> {
+  const locker = new Locker(client);
+  const hold: Hold = await locker.acquire("lock:a", 1000, { wait: 500, token: "t" });
+  const fence: bigint = hold.fence;
+  await hold.extend();
+  const released: boolean = await hold.release();
+  const maybe: Hold | null = await locker.tryAcquire("lock:a", 1000);
+  const n: number = await locker.using("lock:b", 1000, async (signal: AbortSignal, h: Hold) => {
+    if (signal.aborted) throw signal.reason;
+    return Number(h.fence > 0n);
+  });
+  await locker.using("lock:c", 1000, { shared: true }, async () => undefined);
+  const info = await locker.info("lock:a");
+  const ttl: number | undefined = info?.ttl;
+  try {
+    await locker.fenced("gate", fence, "SET", "k", "v");
+  } catch (e) {
+    if (e instanceof StaleFenceError && e.highest !== undefined) return e.highest;
+    if (e instanceof LockBusyError || e instanceof LockLostError) return 0n;
+  }
+  void released, maybe, n, ttl;
+  await locker.quit();
+  return fence;
+}
+
+void uses;

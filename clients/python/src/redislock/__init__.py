@@ -1,0 +1,30 @@
+"""Locks for the redislock Redis module, on redis-py.
+
+``redislock.Lock`` is a drop-in ``lock_class`` for redis-py's ``r.lock()``: the same arguments
+and methods, and the same exceptions (``redis.exceptions.LockError``, ``LockNotOwnedError``), but
+waiting happens in the server, each grant carries a fencing token (``lock.fence``), a lock
+without ``timeout`` is held until released (a lease renewed in the background), and ``lock.lost``
+/ ``on_lost`` say when a renewal finds the lock gone. ``redislock.asyncio`` has the same for
+``redis.asyncio``; ``redislock.Redlock`` runs one lock over several independent servers.
+"""
+
+from redis.exceptions import LockError, LockNotOwnedError
+
+from ._common import LockInfo, StaleFenceError, UnsupportedError
+from .lock import FenceGate, Lock, supports
+from .redlock import Redlock, RedlockError
+
+__all__ = [
+    "Lock",
+    "FenceGate",
+    "Redlock",
+    "RedlockError",
+    "LockError",
+    "LockNotOwnedError",
+    "UnsupportedError",
+    "StaleFenceError",
+    "LockInfo",
+    "supports",
+]
+
+__version__ = "0.1.0"

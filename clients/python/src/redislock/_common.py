@@ -1,0 +1,200 @@
+"""What the sync and asyncio locks share: the command lines, reply parsing and errors."""
+
+from __future__ import annotations
+
+import math
+import uuid
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+__all__ = [
+    "LockError",
+    "LockNotOwnedError",
+    "UnsupportedError",
+    "StaleFenceError",
+    "LockInfo",
+]
+
+Number = Union[int, float]
+EncodableT = Union[bytes, str, int, float, memoryview]
+
+#: The lease of a lock created without ``timeout``: held until released, renewed every third.
+DEFAULT_LEASE = 30.0
+
+
+class UnsupportedError(LockError):
+    """The server's redislock does not know this command or option (yet)."""
+
+
+class StaleFenceError(LockError):
+    """LOCK.FENCE refused the command: a newer fence has already passed the gate."""
+
+    def __init__(self, message: str, fence: Optional[int] = None, highest: Optional[int] = None):
+        super().__init__(message)
+        self.fence = fence
+        self.highest = highest
+
+
+def new_token() -> bytes:
+    """A random owner token: 128 bits as 32 hex characters, like the server's own `*`."""
+    return uuid.uuid4().hex.encode()
+
+
+def to_ms(seconds: Number, what: str) -> int:
+    """Seconds (int or float) to whole milliseconds, at least 1."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {seconds!r}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{what} must be a positive number of seconds, not {seconds!r}")
+    return max(1, int(math.ceil(seconds * 1000)))
+
+
+def mode_args(shared: bool, limit: Optional[int], ephemeral: bool) -> List[EncodableT]:
+    """The wave-2 options of LOCK.ACQUIRE, as given."""
+    if shared and limit is not None:
+        raise ValueError("shared and limit exclude each other")
+    args: List[EncodableT] = []
+    if shared:
+        args.append("SHARED")
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        args += ["LIMIT", limit]
+    if ephemeral:
+        args.append("EPHEMERAL")
+    return args
+
+
+def acquire_args(
+    name: Any, token: bytes, ttl_ms: int, mode: Sequence[EncodableT], block_ms: Optional[int]
+) -> List[Any]:
+    args: List[Any] = ["LOCK.ACQUIRE", name, token, "PX", ttl_ms, *mode]
+    if block_ms is not None:
+        args += ["BLOCK", block_ms]
+    return args
+
+
+def block_ms(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[int]:
+    """The BLOCK argument for redis-py's (blocking, blocking_timeout): None means do not wait."""
+    if not blocking:
+        return None
+    if blocking_timeout is None:
+        return 0  # wait without limit
+    if blocking_timeout <= 0:
+        return None
+    return to_ms(blocking_timeout, "blocking_timeout")
+
+
+def parse_grant(reply: Any) -> Optional[Tuple[bytes, int]]:
+    if reply is None:
+        return None
+    if not isinstance(reply, (list, tuple)) or len(reply) != 2:
+        raise LockError(f"unexpected LOCK.ACQUIRE reply: {reply!r}")
+    token, fence = reply
+    return as_bytes(token), int(fence)
+
+
+def as_bytes(value: Any) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, memoryview):
+        return value.tobytes()
+    return str(value).encode()
+
+
+def as_str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class LockInfo(Dict[str, Any]):
+    """LOCK.INFO as a dict with str keys: token (bytes), fence, ttl, waiters, and what else the
+    server tells (mode, limit, holders on servers that have them)."""
+
+    @property
+    def tokens(self) -> List[bytes]:
+        """Every holder's token: the owner of an exclusive lock, or each holder's."""
+        holders = self.get("holders")
+        if holders:
+            return [as_bytes(h.get("token")) for h in holders]
+        token = self.get("token")
+        return [as_bytes(token)] if token is not None else []
+
+
+def _pairs(reply: Any) -> Dict[str, Any]:
+    if isinstance(reply, dict):
+        items = list(reply.items())
+    else:
+        items = [(reply[i], reply[i + 1]) for i in range(0, len(reply) - 1, 2)]
+    return {as_str(k): v for k, v in items}
+
+
+def parse_info(reply: Any) -> Optional[LockInfo]:
+    """LOCK.INFO under RESP2 (a flat list) or RESP3 (a map), bytes or decoded."""
+    if reply is None:
+        return None
+    fields = _pairs(reply)
+    info = LockInfo()
+    for key, value in fields.items():
+        if key == "token":
+            info[key] = as_bytes(value)
+        elif key == "holders" and isinstance(value, (list, tuple)):
+            holders = []
+            for h in value:
+                holder = _pairs(h)
+                if "token" in holder:
+                    holder["token"] = as_bytes(holder["token"])
+                holders.append(holder)
+            info[key] = holders
+        elif key == "mode":
+            info[key] = as_str(value)
+        else:
+            info[key] = value
+    return info
+
+
+def holder_ttl(info: LockInfo, token: bytes) -> Optional[int]:
+    """Remaining ms of ``token``'s hold, or None if it holds nothing."""
+    holders = info.get("holders")
+    if holders:
+        for h in holders:
+            if h.get("token") == token:
+                return int(h.get("ttl", -1))
+        return None
+    if info.get("token") == token:
+        return int(info.get("ttl", -1))
+    return None
+
+
+def unsupported(err: ResponseError) -> bool:
+    """An error that says the server does not know a command or an option."""
+    text = str(err).lower()
+    return "unknown command" in text or "unknown option" in text or "unknown subcommand" in text
+
+
+def lock_error(cls: type, message: str, name: Any) -> Exception:
+    """``cls(message, lock_name=name)`` where redis-py's LockError takes a name (5.1 and newer)."""
+    try:
+        return cls(message, lock_name=as_str(name))
+    except TypeError:
+        return cls(message)
+
+
+def translate(err: ResponseError, name: Any, what: str) -> Exception:
+    """A server error as the exception the lock raises."""
+    text = str(err)
+    if unsupported(err):
+        return lock_error(UnsupportedError, f"{what} is not supported by this server: {text}", name)
+    if text.startswith("NOTOWNER"):
+        return lock_error(LockNotOwnedError, f"Cannot {what}: {text}", name)
+    if text.startswith("STALEFENCE"):
+        words = text.split()
+        numbers = [int(w) for w in words if w.isdigit()]
+        return StaleFenceError(
+            text,
+            fence=numbers[0] if numbers else None,
+            highest=numbers[-1] if len(numbers) > 1 else None,
+        )
+    return err

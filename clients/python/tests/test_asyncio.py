@@ -1,0 +1,119 @@
+"""redislock.asyncio.Lock against a real server, with redis.asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis.asyncio as aioredis
+from redis.exceptions import LockError, LockNotOwnedError
+
+import redislock.asyncio as alock
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def client(server, **kwargs):
+    return aioredis.Redis(host="127.0.0.1", port=server.port, **kwargs)
+
+
+async def waiters(r, name):
+    info = alock.parse_info(await r.execute_command("LOCK.INFO", name))
+    return info["waiters"] if info else 0
+
+
+def test_drop_in_and_fence(server, r):
+    async def main():
+        a = client(server)
+        try:
+            async with a.lock("lock:a", timeout=10, lock_class=alock.Lock) as lock:
+                assert isinstance(lock.fence, int) and lock.fence > 0
+                assert await lock.owned() and await lock.locked()
+                assert await lock.extend(5)
+                assert 14000 < await a.pttl("lock:a") <= 15000
+                assert await lock.reacquire()
+            assert not await lock.locked()
+            with pytest.raises(LockError):
+                await lock.release()
+        finally:
+            await a.aclose()
+
+    run(main())
+
+
+def test_wait_in_the_server_and_handoff(server, r):
+    async def main():
+        a, b = client(server), client(server)
+        try:
+            holder = alock.Lock(a, "lock:b", timeout=10)
+            assert await holder.acquire()
+            assert await alock.Lock(a, "lock:b", timeout=10).acquire(blocking=False) is False
+            assert await alock.Lock(a, "lock:b", timeout=10).acquire(blocking_timeout=0.2) is False
+            waiter = alock.Lock(b, "lock:b", timeout=10)
+            task = asyncio.ensure_future(waiter.acquire(blocking_timeout=10))
+            while await waiters(a, "lock:b") != 1:
+                await asyncio.sleep(0.005)  # polling server state: no event to await
+            await holder.release()
+            assert await task is True
+            assert waiter.fence > holder.local.fence
+            await waiter.release()
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    run(main())
+
+
+def test_lease_renewal_and_loss(server, r):
+    async def main():
+        a = client(server)
+        lost = []
+
+        async def on_lost(lock):
+            lost.append(lock)
+
+        try:
+            lock = alock.Lock(a, "lock:c", lease=0.3, on_lost=on_lost)
+            assert await lock.acquire()
+            fence = lock.fence
+            start = int((await a.info("commandstats"))["cmdstat_lock.extend"]["calls"]) if "cmdstat_lock.extend" in await a.info("commandstats") else 0
+            while True:
+                stats = await a.info("commandstats")
+                if "cmdstat_lock.extend" in stats and int(stats["cmdstat_lock.extend"]["calls"]) >= start + 4:
+                    break
+                await asyncio.sleep(0.01)  # polling server state
+            assert await lock.owned() and lock.fence == fence and not lock.lost.is_set()
+            await a.delete("lock:c")
+            await asyncio.wait_for(lock.lost.wait(), 5)
+            assert lost == [lock]
+            with pytest.raises(LockNotOwnedError):
+                await lock.release()
+            # Released normally: the renewal task is gone.
+            lock2 = alock.Lock(a, "lock:c", lease=0.3)
+            assert await lock2.acquire()
+            task = lock2._renewal
+            await lock2.release()
+            assert task.done()
+        finally:
+            await a.aclose()
+
+    run(main())
+
+
+def test_context_manager_keeps_the_block_exception(server, r):
+    async def main():
+        a = client(server)
+        try:
+            with pytest.raises(KeyError):
+                async with alock.Lock(a, "lock:d", timeout=10):
+                    await a.delete("lock:d")
+                    raise KeyError("from the block")
+            with pytest.raises(LockNotOwnedError):
+                async with alock.Lock(a, "lock:d", timeout=10):
+                    await a.delete("lock:d")
+        finally:
+            await a.aclose()
+
+    run(main())

@@ -1,0 +1,30 @@
+"""The example programs that the manual quotes (clients/python/examples, docs/examples) run
+against a real server and exit 0."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from servers import REPO
+
+EXAMPLES = sorted((REPO / "clients/python/examples").glob("*.py")) + sorted(
+    (REPO / "docs/examples").glob("*.py")
+)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(REPO)))
+def test_example_runs(server, r, path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO / "clients/python/src"), env.get("PYTHONPATH", "")]
+    ).rstrip(os.pathsep)
+    done = subprocess.run(
+        [sys.executable, str(path), str(server.port)],
+        env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, f"{path} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
+    assert r.dbsize() == 0, "the example left keys behind"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs the client libraries' test suites against one server binary: $1, else $REDIS_SERVER, else
+# redis-server (a valkey-server works too). The suites start their own servers with the module
+# target/release/libredislock.so (REDISLOCK_MODULE selects another) on free loopback ports.
+#   clients/python   pytest (also replays the manual's redis-cli examples, docs/ and README.md)
+#   clients/node     node --test, with ioredis and node-redis; tsc --noEmit checks index.d.ts
+# scripts/clients.sh installs what they need. Both suites run; the exit status is non-zero if
+# either failed.
+set -uo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+server=${1:-${REDIS_SERVER:-redis-server}}
+label=$("$server" --version 2>/dev/null | cut -d' ' -f1-3)
+[ -n "$label" ] || { echo "redislock: $server does not run" >&2; exit 1; }
+status=0
+
+if [ -z "${REDISLOCK_SKIP_TYPECHECK:-}" ]; then
+    echo "# clients/node: tsc --noEmit (index.d.ts)"
+    (cd clients/node && node_modules/.bin/tsc --noEmit -p .) || status=1
+fi
+
+echo "# clients/python on $label: REDIS_SERVER=$server target/pyenv/bin/python -m pytest clients/python"
+(cd clients/python && REDIS_SERVER=$server "$root/target/pyenv/bin/python" -m pytest -q -rs -p no:cacheprovider) ||
+    status=1
+
+echo "# clients/node on $label: REDIS_SERVER=$server node --test clients/node/test/*.test.js"
+(cd clients/node && REDIS_SERVER=$server node --test --test-concurrency=1 test/*.test.js) || status=1
+
+exit $status
