@@ -38,6 +38,11 @@ EXTEND_LUA = (
     "if redis.call('get',KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire',KEYS[1],ARGV[2]) else return 0 end"
 )
+# A write guarded by a string lock, the way it is written without the module.
+GUARD_LUA = (
+    "if redis.call('get',KEYS[1]) == ARGV[1] then "
+    "return redis.call('set',KEYS[2],ARGV[2]) else return false end"
+)
 
 REPS = int(os.environ.get("BENCH_REPS", "5"))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -91,6 +96,7 @@ class Suite:
         self.p = Redis(self.plain_port)
         self.rel_sha = self.n.call("SCRIPT", "LOAD", RELEASE_LUA).decode()
         self.ext_sha = self.n.call("SCRIPT", "LOAD", EXTEND_LUA).decode()
+        self.guard_sha = self.n.call("SCRIPT", "LOAD", GUARD_LUA).decode()
         self.usec_notes = []
         self.last_usec = {}
         self.cpu_notes = []
@@ -512,6 +518,44 @@ class Suite:
             "`-r %d`: every call matches (all keys present, %d expired during the runs%s)."
             % (n_fmt(LOCKS), LOCKS, expired, "" if ok else " — WARNING: key set incomplete"))
 
+    def guarded_write(self):
+        """9. LOCK.CALL lock token SET data v vs EVALSHA of a GET-compare-SET
+        guard against a string lock, on the prefilled locks: every call holds
+        its lock and writes."""
+        a_native = ["LOCK.CALL", "lock:__rand_int__", TOKEN, "SET", "guarded", "v"]
+        a_classic = ["EVALSHA", self.guard_sha, "2", "lock:__rand_int__", "guarded", TOKEN, "v"]
+
+        def probe(db, args):
+            return lambda n: list(self.bench(self.n, self.native_port, n, args, r=LOCKS, db=db)[0].values())[0]
+        n_calls = self.size("9 guarded write", [probe(0, a_native), probe(1, a_classic)])
+
+        def mk(db, args):
+            def fn(rep):
+                extra = {}
+                if time.monotonic() - self.snapshot_at > 40:
+                    extra["reload_s"] = "%.2f" % self.reload_snapshot()
+                    self.snapshot_at = time.monotonic()
+                rps, secs, pc = self.bench(self.n, self.native_port, n_calls, args, r=LOCKS, db=db)
+                extra["usec/call"] = "%.2f" % max(pc.values(), default=0)
+                return list(rps.values())[0], secs, extra
+            return fn
+        res = self.pair("9 guarded write", 40, [
+            ("native", mk(0, a_native)),
+            ("classic", mk(1, a_classic)),
+        ])
+        written = []
+        for db in (0, 1):
+            self.n.call("SELECT", db)
+            written.append(self.n.call("GET", "guarded"))
+            self.n.call("DEL", "guarded")
+        self.n.call("SELECT", 0)
+        self.throughput_row("9. guarded write (ops/s)", res, target=1.0)
+        self.notes.append(
+            "9: `LOCK.CALL lock:<rand> <token> SET guarded v` against `EVALSHA` of "
+            "`if GET(lock) == token then SET(data, v)`, on the same prefilled locks (db 0 native, db 1 "
+            "strings); every call holds its lock and writes (%s)." % (
+                "both sides wrote" if all(w == b"v" for w in written) else "WARNING: a side did not write"))
+
     def release(self):
         """3. LOCK.RELEASE vs EVALSHA compare-and-delete. A matching release
         deletes its lock, so every run starts from the full snapshot (DEBUG
@@ -718,7 +762,7 @@ def main():
     ap.add_argument("--only", default="", help="comma list of pairs to run (1-7, 6b), for development")
     a = ap.parse_args()
     s = Suite(a)
-    only = set(a.only.split(",")) if a.only else {"1", "2", "3", "4", "5", "6", "6b", "7", "8"}
+    only = set(a.only.split(",")) if a.only else {"1", "2", "3", "4", "5", "6", "6b", "7", "8", "9"}
     lb = loadavg()
     s.log("# redislock bench raw results %s; %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), s.machine_line()))
     s.log("# load average at start: %s; REPS=%d SCALE=%g" % (lb, REPS, SCALE))
@@ -730,6 +774,7 @@ def main():
         ("2", s.acquire_refused),
         ("5", s.memory_and_snapshot),
         ("4", s.extend),
+        ("9", s.guarded_write),
         ("3", s.release),
         ("7", s.contention),
         ("8", s.expiry_handoff),
@@ -737,8 +782,8 @@ def main():
     failed = []
     snapshot_ok = True
     for key, fn in steps:
-        if key in only or (key == "5" and only & {"3", "4"}):
-            if key in ("3", "4") and not snapshot_ok:
+        if key in only or (key == "5" and only & {"3", "4", "9"}):
+            if key in ("3", "4", "9") and not snapshot_ok:
                 s.row("%s. (not run: no lock snapshot)" % key, "—", "—", "—", "—", "ERROR")
                 failed.append(key)
                 continue
