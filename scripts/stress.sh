@@ -6,7 +6,9 @@
 #   2. fuzz        the fuzz/ targets (args, record, fence): the seeded random driver for
 #                  STRESS_FUZZ_ITERS cases each (default 2000000), then libFuzzer through
 #                  cargo-fuzz for STRESS_FUZZ_SECS each (default 45; 0 skips it)
-#   3. commands    tests/fuzz_commands.rs with STRESS_COMMAND_CASES cases (default 100000)
+#   3. commands    tests/fuzz_commands.rs with STRESS_COMMAND_CASES cases (default 100000),
+#                  then tests/restore_fuzz.rs with STRESS_RESTORE_CASES mutated DUMP payloads
+#                  (default 200000)
 #   4. valgrind    a subset of the integration suite against redis-server under valgrind
 #                  (STRESS_VALGRIND=0 skips it), then stress/valgrind-report.sh
 #   5. known bugs  the tests marked #[ignore = "module bug: …"], to see whether they still fail
@@ -27,6 +29,7 @@ TORTURE_WORKERS=${STRESS_TORTURE_WORKERS:-16}
 FUZZ_ITERS=${STRESS_FUZZ_ITERS:-2000000}
 FUZZ_SECS=${STRESS_FUZZ_SECS:-45}
 COMMAND_CASES=${STRESS_COMMAND_CASES:-100000}
+RESTORE_CASES=${STRESS_RESTORE_CASES:-200000}
 VALGRIND=${STRESS_VALGRIND:-1}
 SEED=${STRESS_SEED:-$(date +%s)}
 
@@ -123,6 +126,18 @@ if [ $rc -eq 0 ]; then
     result "command fuzzer: $(field FUZZ-COMMANDS-SUMMARY "$logs/fuzz-commands.log" cases) cases, 0 problems [$(elapsed $t0)s]"
 else
     fail "command fuzzer (exit $rc); see $logs/fuzz-commands.log"
+fi
+
+note "RESTORE fuzzer: $RESTORE_CASES mutated payloads, seed $SEED"
+t0=$(date +%s)
+REDISLOCK_RESTORE_FUZZ_CASES=$RESTORE_CASES REDISLOCK_RESTORE_FUZZ_SEED=$SEED \
+    cargo test --release --test restore_fuzz -- --nocapture >"$logs/restore-fuzz.log" 2>&1
+rc=$?
+grep -h "^RESTORE-FUZZ-SUMMARY" "$logs/restore-fuzz.log" || tail -30 "$logs/restore-fuzz.log"
+if [ $rc -eq 0 ]; then
+    result "RESTORE fuzzer: $(field RESTORE-FUZZ-SUMMARY "$logs/restore-fuzz.log" cases) payloads ($(field RESTORE-FUZZ-SUMMARY "$logs/restore-fuzz.log" accepted) accepted), 0 problems [$(elapsed $t0)s]"
+else
+    fail "RESTORE fuzzer (exit $rc); see $logs/restore-fuzz.log"
 fi
 
 # 4. Valgrind -----------------------------------------------------------------------------
