@@ -457,3 +457,23 @@ fn in_cluster_every_key_must_share_the_guard_keys_slot() {
     assert!(!exists(&mut c, "{user:1}:gate"));
     assert!(!exists(&mut c, "other"));
 }
+
+#[test]
+fn the_token_of_lock_call_stays_out_of_the_slowlog() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "lock", b"secret-call-token", 60_000);
+    ok(
+        &mut c,
+        &rcmd!("CONFIG", "SET", "slowlog-log-slower-than", 0),
+    );
+    ok(&mut c, &rcmd!("SLOWLOG", "RESET"));
+    ok(
+        &mut c,
+        &rcmd!("LOCK.CALL", "lock", "secret-call-token", "SET", "x", "1"),
+    );
+    let log = ok(&mut c, &rcmd!("SLOWLOG", "GET", 10));
+    let text = format!("{log:?}");
+    assert!(text.contains("(redacted)"), "{text}");
+    assert!(!text.contains("secret-call-token"), "{text}");
+}
