@@ -391,6 +391,10 @@ fn split_brain_promoted_replica_outranks_a_master_that_keeps_granting() {
         "a promoted replica granted fence {new_min}, not above the old master's {old_max}"
     );
     assert!(
+        epoch_of(new_min) > epoch_of(old_max),
+        "the promoted replica grants in a higher epoch: {old_max} then {new_min}"
+    );
+    assert!(
         replica.log().contains("promoted to master"),
         "{}",
         replica.log_tail(20)
