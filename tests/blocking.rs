@@ -366,7 +366,7 @@ fn renamed_lock_frees_the_old_name_for_its_waiters() {
     let (_, f0) = grant(&mut c, "old", b"holder", 60_000);
     let w = spawn_waiter(&s, "old", "w", 60_000, 10_000);
     wait_waiters(&mut c, "old", 1);
-    ok(&mut c, &rcmd!("RENAME", "old", "new"));
+    assert_eq!(ok(&mut c, &rcmd!("RENAME", "old", "new")), Value::Okay);
     let (token, fence) = w.granted();
     assert_eq!(token, b"w");
     assert!(fence > f0);

@@ -1390,3 +1390,11 @@ pub fn promote_times(server: &Server, times: usize) {
     }
     server.wait_info("replication", "role", "master");
 }
+
+impl RawConn {
+    /// Sends a command and reads its reply; `None` if none arrives within the read timeout.
+    pub fn call_or_timeout<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Option<Resp> {
+        self.send(args);
+        self.read().ok()
+    }
+}
