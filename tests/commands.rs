@@ -376,7 +376,12 @@ fn binary_tokens_and_length_limits() {
     let before = state(&mut c, &["one", "long", "e"]);
     for tok in [too_long.as_slice(), b""] {
         let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "e", tok, "PX", 10_000));
-        assert!(e.starts_with("ERR"), "token of {} bytes: {e}", tok.len());
+        assert_eq!(
+            e,
+            "ERR invalid token: must be 1 to 512 bytes",
+            "token of {} bytes",
+            tok.len()
+        );
         ping(&mut c);
         assert_eq!(state(&mut c, &["one", "long", "e"]), before);
     }
@@ -396,7 +401,12 @@ fn release_and_extend_reject_empty_or_oversized_tokens() {
             rcmd!("LOCK.EXTEND", "k", tok, "PX", 10_000),
         ] {
             let e = err(&mut c, &cmd);
-            assert!(e.starts_with("ERR"), "{}: {e}", describe(&cmd));
+            assert_eq!(
+                e,
+                "ERR invalid token: must be 1 to 512 bytes",
+                "{}",
+                describe(&cmd)
+            );
             ping(&mut c);
             assert_eq!(state(&mut c, &["k"]), before);
         }
@@ -657,64 +667,137 @@ fn malformed_calls_are_errors_and_change_nothing() {
 }
 
 #[test]
-fn error_messages_say_what_is_wrong() {
-    // Not exact wording: just that the message is more than a bare "ERR".
+fn every_error_reply_has_its_documented_text() {
+    // Every error a client can provoke, with its exact text (README "Errors"); nothing changes.
     let s = Server::start();
     let mut c = s.conn();
-    for cmd in [
-        rcmd!("LOCK.ACQUIRE", "k", "t"),
-        rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 0),
-        rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "FOO", 1),
-        rcmd!("LOCK.ACQUIRE", "k", "", "PX", 10),
-        rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", -1),
-    ] {
-        let e = err(&mut c, &cmd);
-        assert!(e.starts_with("ERR "), "{}: {e:?}", describe(&cmd));
-        assert!(
-            e.len() > "ERR ".len() + 3,
-            "{}: uninformative {e:?}",
-            describe(&cmd)
-        );
-    }
-}
-
-#[test]
-fn wrong_type_keys() {
-    let s = Server::start();
-    let mut c = s.conn();
-    ok(&mut c, &rcmd!("SET", "str", "value"));
-    ok(&mut c, &rcmd!("RPUSH", "list", "a", "b"));
-    ok(&mut c, &rcmd!("HSET", "hash", "f", "v"));
-    for key in ["str", "list", "hash"] {
-        for cmd in [
-            rcmd!("LOCK.ACQUIRE", key, "t", "PX", 1000),
-            rcmd!("LOCK.ACQUIRE", key, "*", "EX", 10),
-            rcmd!("LOCK.ACQUIRE", key, "t", "PX", 1000, "BLOCK", 100),
-            rcmd!("LOCK.RELEASE", key, "t"),
-            rcmd!("LOCK.EXTEND", key, "t", "PX", 1000),
-            rcmd!("LOCK.INFO", key),
-        ] {
-            let e = err(&mut c, &cmd);
-            assert_eq!(e, WRONGTYPE, "{}", describe(&cmd));
-            ping(&mut c);
+    ok(&mut c, &rcmd!("SET", "str", "v"));
+    let (_, f) = grant(&mut c, "k", b"t", 100_000);
+    const INVALID_TTL: &str =
+        "ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds";
+    const INVALID_TOKEN: &str = "ERR invalid token: must be 1 to 512 bytes";
+    const INTERNAL: &str = "ERR this command is internal to redislock replication and persistence";
+    let arity = |cmd: &str| format!("ERR wrong number of arguments for '{cmd}' command");
+    let table: Vec<(redis::Cmd, String)> = vec![
+        (rcmd!("LOCK.ACQUIRE"), arity("lock.acquire")),
+        (rcmd!("LOCK.ACQUIRE", "k"), arity("lock.acquire")),
+        (rcmd!("LOCK.RELEASE", "k"), arity("lock.release")),
+        (rcmd!("LOCK.RELEASE", "k", "t", "x"), arity("lock.release")),
+        (rcmd!("LOCK.EXTEND", "k"), arity("lock.extend")),
+        (rcmd!("LOCK.INFO"), arity("lock.info")),
+        (rcmd!("LOCK.INFO", "k", "x"), arity("lock.info")),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "FOO", 1),
+            "ERR syntax error: unknown option 'FOO'".into(),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "t", "PX", 10, "BLOCK", 1),
+            arity("lock.extend"),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "t", "FOO", 10),
+            "ERR syntax error: unknown option 'FOO'".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", 1, "block", 2),
+            "ERR syntax error: option BLOCK given more than once".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "BLOCK", 10),
+            "ERR a lock needs an expiry: give EX seconds or PX milliseconds".into(),
+        ),
+        (rcmd!("LOCK.EXTEND", "k", "t"), arity("lock.extend")),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 1, "PX", 10),
+            "ERR syntax error: EX and PX are mutually exclusive".into(),
+        ),
+        (rcmd!("LOCK.ACQUIRE", "k", "t", "PX"), arity("lock.acquire")),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "BLOCK", 10, "PX"),
+            "ERR syntax error: option PX needs a value".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK"),
+            "ERR syntax error: option BLOCK needs a value".into(),
+        ),
+        (rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 0), INVALID_TTL.into()),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "EX", -1),
+            INVALID_TTL.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", "1.5"),
+            INVALID_TTL.into(),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "t", "PX", "ten"),
+            INVALID_TTL.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "EX", i64::MAX),
+            INVALID_TTL.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", -1),
+            "ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", "soon"),
+            "ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "", "PX", 10),
+            INVALID_TOKEN.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", vec![b'x'; 513], "PX", 10),
+            INVALID_TOKEN.into(),
+        ),
+        (rcmd!("LOCK.RELEASE", "k", ""), INVALID_TOKEN.into()),
+        (
+            rcmd!("LOCK.EXTEND", "k", "", "PX", 10),
+            INVALID_TOKEN.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "str", "t", "PX", 10),
+            WRONGTYPE.into(),
+        ),
+        (rcmd!("LOCK.RELEASE", "str", "t"), WRONGTYPE.into()),
+        (rcmd!("LOCK.EXTEND", "str", "t", "PX", 10), WRONGTYPE.into()),
+        (rcmd!("LOCK.INFO", "str"), WRONGTYPE.into()),
+        (
+            rcmd!("LOCK._APPLY", "k", "tok", 5, now_ms() + 60_000),
+            INTERNAL.into(),
+        ),
+        (rcmd!("LOCK._EPOCH", 7), INTERNAL.into()),
+    ];
+    let mut wrong = Vec::new();
+    for (cmd, want) in &table {
+        let got = err(&mut c, cmd);
+        if &got != want {
+            wrong.push(format!("{}: {got:?}, expected {want:?}", describe(cmd)));
         }
     }
-    assert_eq!(as_bytes(&ok(&mut c, &rcmd!("GET", "str"))), b"value");
-    assert_eq!(
-        pttl(&mut c, "str"),
-        -1,
-        "TTL of the string must be untouched"
-    );
-    assert_eq!(
-        ok(&mut c, &rcmd!("LRANGE", "list", 0, -1)),
-        Value::Array(vec![
-            Value::BulkString(b"a".to_vec()),
-            Value::BulkString(b"b".to_vec())
-        ])
-    );
-    assert_eq!(pttl(&mut c, "list"), -1);
-    assert_eq!(type_of(&mut c, "hash"), "hash");
-    assert_eq!(dbsize(&mut c), 3);
+    // The TTL limit names its value.
+    ok(&mut c, &rcmd!("CONFIG", "SET", "redislock.max-ttl", 60_000));
+    for cmd in [
+        rcmd!("LOCK.ACQUIRE", "k2", "t", "PX", 60_001),
+        rcmd!("LOCK.EXTEND", "k", "t", "EX", 61),
+    ] {
+        let got = err(&mut c, &cmd);
+        let want = "ERR TTL exceeds redislock.max-ttl (60000 ms)";
+        if got != want {
+            wrong.push(format!("{}: {got:?}, expected {want:?}", describe(&cmd)));
+        }
+    }
+    assert!(wrong.is_empty(), "wrong error texts:\n{}", wrong.join("\n"));
+    // Nothing changed.
+    let i = info_some(&mut c, "k");
+    assert_eq!((i.token.as_slice(), i.fence), (&b"t"[..], f));
+    assert!(i.ttl > 90_000, "TTL {}", i.ttl);
+    assert!(!exists(&mut c, "k2"));
+    assert_eq!(as_bytes(&ok(&mut c, &rcmd!("GET", "str"))), b"v");
+    assert_eq!(dbsize(&mut c), 2);
 }
 
 #[test]
@@ -724,8 +807,9 @@ fn internal_apply_command_is_refused_for_clients() {
     let far = now_ms() + 60_000;
 
     // On a missing key.
+    const INTERNAL: &str = "ERR this command is internal to redislock replication and persistence";
     let e = err(&mut c, &rcmd!("LOCK._APPLY", "k", "tok", 5, far));
-    assert!(e.starts_with("ERR"), "LOCK._APPLY from a client: {e}");
+    assert_eq!(e, INTERNAL, "LOCK._APPLY from a client");
     ping(&mut c);
     assert!(!exists(&mut c, "k"));
     assert_eq!(dbsize(&mut c), 0);
@@ -736,7 +820,7 @@ fn internal_apply_command_is_refused_for_clients() {
         &mut c,
         &rcmd!("LOCK._APPLY", "held", "thief", i64::MAX / 2, far),
     );
-    assert!(e.starts_with("ERR"), "{e}");
+    assert_eq!(e, INTERNAL);
     let i = info_some(&mut c, "held");
     assert_eq!((i.token.as_slice(), i.fence), (&b"owner"[..], f));
     assert!(pttl(&mut c, "held") <= 30_000);
@@ -754,7 +838,8 @@ fn internal_apply_command_is_refused_for_clients() {
             far
         ),
     );
-    assert!(r.is_err(), "LOCK._APPLY from a script answered {r:?}");
+    let e = err_text(&r.expect_err("LOCK._APPLY from a script must fail"));
+    assert!(e.starts_with(INTERNAL), "LOCK._APPLY from a script: {e}");
     assert!(!exists(&mut c, "k"));
 
     // Not inside MULTI/EXEC.
@@ -1065,9 +1150,10 @@ fn module_loads_with_module_load() {
         .set("enable-module-command", "yes")
         .start();
     let mut c = s.conn();
+    let e = err(&mut c, &rcmd!("LOCK.INFO", "k"));
     assert!(
-        run(&mut c, &rcmd!("LOCK.INFO", "k")).is_err(),
-        "not loaded yet"
+        e.starts_with("ERR unknown command 'LOCK.INFO'"),
+        "not loaded yet: {e}"
     );
     let r = ok(&mut c, &rcmd!("MODULE", "LOAD", path.to_str().unwrap()));
     assert_eq!(r, Value::Okay);
@@ -1119,9 +1205,10 @@ fn odd_bytes_in_an_unknown_option_and_late_ttl_overflow_are_plain_errors() {
         rcmd!("LOCK.EXTEND", "busy", "other", "PX", i64::MAX),
     ] {
         let e = err(&mut c, &cmd);
-        assert!(
-            e.starts_with("ERR invalid expire time"),
-            "{}: {e}",
+        assert_eq!(
+            e,
+            "ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds",
+            "{}",
             describe(&cmd)
         );
     }

@@ -7,18 +7,6 @@ use std::time::Duration;
 use common::*;
 use redis::{Connection, Value};
 
-fn info_fields(con: &mut Connection) -> String {
-    String::from_utf8(as_bytes(&ok(con, &rcmd!("INFO", "redislock")))).unwrap()
-}
-
-#[track_caller]
-fn stat(text: &str, name: &str) -> i64 {
-    field(text, &format!("redislock_{name}"))
-        .unwrap_or_else(|| panic!("INFO redislock lacks {name}:\n{text}"))
-        .parse()
-        .unwrap()
-}
-
 fn config_get(con: &mut Connection, name: &str) -> String {
     match ok(con, &rcmd!("CONFIG", "GET", name)) {
         Value::Array(items) if items.len() == 2 => lossy(&as_bytes(&items[1])),
@@ -37,11 +25,11 @@ fn settings_from_module_arguments_config_file_and_config_set() {
     assert_eq!(config_get(&mut c, "redislock.max-ttl"), "5000");
     assert_eq!(config_get(&mut c, "redislock.max-block"), "300");
     let e = err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 5001));
-    assert!(e.starts_with("ERR ") && e.contains("max-ttl"), "{e}");
+    assert_eq!(e, "ERR TTL exceeds redislock.max-ttl (5000 ms)");
     assert!(!exists(&mut c, "k"));
     grant(&mut c, "k", b"t", 5000);
     let e = err(&mut c, &rcmd!("LOCK.EXTEND", "k", "t", "EX", 6));
-    assert!(e.contains("max-ttl"), "{e}");
+    assert_eq!(e, "ERR TTL exceeds redislock.max-ttl (5000 ms)");
     assert_eq!(extend_px(&mut c, "k", b"t", 4000), 1);
     // BLOCK 0 waits only as long as max-block allows.
     let started = std::time::Instant::now();
@@ -75,11 +63,32 @@ fn settings_from_module_arguments_config_file_and_config_set() {
 }
 
 #[test]
+fn module_arguments_override_redis_conf() {
+    // Both set: the module arguments are applied after the redis.conf lines and win.
+    let s = Server::builder()
+        .set("redislock.max-ttl", "1000")
+        .set("redislock.max-block", "100")
+        .module_args(&["max-ttl", "5000"])
+        .start();
+    let mut c = s.conn();
+    assert_eq!(config_get(&mut c, "redislock.max-ttl"), "5000");
+    assert_eq!(config_get(&mut c, "redislock.max-block"), "100");
+    grant(&mut c, "k", b"t", 4000);
+    assert_eq!(
+        err(&mut c, &rcmd!("LOCK.ACQUIRE", "j", "t", "PX", 5001)),
+        "ERR TTL exceeds redislock.max-ttl (5000 ms)"
+    );
+}
+
+#[test]
 fn settings_from_redis_conf_lines() {
     let s = Server::builder().set("redislock.max-ttl", "1000").start();
     let mut c = s.conn();
     assert_eq!(config_get(&mut c, "redislock.max-ttl"), "1000");
-    assert!(err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 2)).contains("max-ttl"));
+    assert_eq!(
+        err(&mut c, &rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 2)),
+        "ERR TTL exceeds redislock.max-ttl (1000 ms)"
+    );
 }
 
 #[test]
@@ -118,9 +127,9 @@ fn a_bad_module_argument_refuses_to_load() {
 fn info_section_counts_what_happened() {
     let s = Server::start();
     let mut c = s.conn();
-    let before = info_fields(&mut c);
-    assert_eq!(stat(&before, "locks"), 0);
-    assert_eq!(stat(&before, "waiters"), 0);
+    let before = s.info_text("redislock");
+    assert_eq!(stat_in(&before, "locks"), 0);
+    assert_eq!(stat_in(&before, "waiters"), 0);
     grant(&mut c, "a", b"t", 60_000);
     grant(&mut c, "a", b"t", 60_000);
     assert!(acquire(&mut c, "a", b"u", 60_000).is_none());
@@ -128,8 +137,7 @@ fn info_section_counts_what_happened() {
     assert_eq!(extend_px(&mut c, "a", b"u", 60_000), 0);
     assert_eq!(release(&mut c, "a", b"u"), 0);
     grant(&mut c, "b", b"t", 100);
-    let mid = info_fields(&mut c);
-    assert_eq!(stat(&mid, "locks"), 2);
+    assert_eq!(stat(&s, "locks"), 2);
     assert_eq!(release(&mut c, "a", b"t"), 1);
     // A wait that times out, and the expiry of b noticed by active expiry.
     grant(&mut c, "c", b"t", 60_000);
@@ -140,12 +148,10 @@ fn info_section_counts_what_happened() {
         ),
         Value::Nil
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while exists(&mut c, "b") || stat(&info_fields(&mut c), "expired") == 0 {
-        assert!(std::time::Instant::now() < deadline, "b never expired");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let after = info_fields(&mut c);
+    wait_until("b to expire", Duration::from_secs(10), || {
+        !exists(&mut c, "b") && stat(&s, "expired") > 0
+    });
+    let after = s.info_text("redislock");
     for (name, want) in [
         ("grants", 3),
         ("regrants", 1),
@@ -160,7 +166,7 @@ fn info_section_counts_what_happened() {
         ("expired", 1),
         ("locks", 1),
     ] {
-        assert_eq!(stat(&after, name), want, "{name}:\n{after}");
+        assert_eq!(stat_in(&after, name), want, "{name}:\n{after}");
     }
     // INFO everything includes the section.
     let all = String::from_utf8(as_bytes(&ok(&mut c, &rcmd!("INFO", "everything")))).unwrap();
@@ -181,20 +187,10 @@ fn lock_events_reach_keyspace_subscribers() {
         .unwrap();
     grant(&mut c, "ev", b"t", 60_000);
     assert_eq!(extend_px(&mut c, "ev", b"t", 60_000), 1);
-    let mut w = s.conn();
-    let handle = std::thread::spawn(move || {
-        ok(
-            &mut w,
-            &rcmd!("LOCK.ACQUIRE", "ev", "w", "PX", 1000, "BLOCK", 5000),
-        )
-    });
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while info_some(&mut c, "ev").waiters == 0 {
-        assert!(std::time::Instant::now() < deadline);
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    let w = spawn_waiter(&s, "ev", "w", 1000, 5000);
+    wait_waiters(&mut c, "ev", 1);
     assert_eq!(release(&mut c, "ev", b"t"), 1);
-    assert!(parse_grant(&handle.join().unwrap()).is_some());
+    assert_eq!(w.granted().0, b"w");
     let events: Vec<String> = (0..4)
         .map(|_| {
             pubsub

@@ -132,6 +132,11 @@ fn sentinel_style_failover_old_master_rejoins_and_fail_back() {
         f_contested > max_a,
         "fence {f_contested} on the promoted server must exceed {max_a}"
     );
+    assert_eq!(
+        (epoch_of(max_a), epoch_of(f_contested)),
+        (0, 1),
+        "B grants in the next epoch: {max_a} then {f_contested}"
+    );
     let mut fences_b = vec![f_contested];
     for i in 0..4 {
         let (_, f) = grant(&mut bc, &format!("cycle{i}"), b"b", 60_000);
@@ -220,8 +225,9 @@ fn sentinel_style_failover_old_master_rejoins_and_fail_back() {
         f_back > max_b && f_back > max_a,
         "fence {f_back} after failing back must exceed B's {max_b} and A's {max_a}"
     );
-    assert!(
-        f_back >> 51 > max_b >> 51 && max_b >> 51 > max_a >> 51,
+    assert_eq!(
+        (epoch_of(max_a), epoch_of(max_b), epoch_of(f_back)),
+        (0, 1, 2),
         "each promotion moves to a higher epoch: {max_a} < {max_b} < {f_back}"
     );
     wait_replicas(&mut ac, 1);
@@ -256,6 +262,10 @@ fn promoted_replica_that_missed_the_last_grants_still_fences_above_them() {
     assert_eq!(release(&mut bc, "k", b"before"), 1);
     let (_, f) = grant(&mut bc, "k", b"after", 60_000);
     assert!(f > max_a, "fence {f} must exceed the unseen {max_a}");
+    assert!(
+        epoch_of(f) > epoch_of(max_a),
+        "the unseen grants are outranked by the epoch: {max_a} then {f}"
+    );
     let (_, f) = grant(&mut bc, "lost0", b"after", 60_000);
     assert!(f > max_a, "fence {f} must exceed the unseen {max_a}");
 

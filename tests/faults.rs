@@ -29,35 +29,10 @@ fn assert_no_crash(s: &Server) {
     );
 }
 
-fn redislock_info(s: &Server, name: &str) -> i64 {
-    s.info_field("redislock", &format!("redislock_{name}"))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("INFO redislock lacks redislock_{name}"))
-}
-
 fn used_memory(s: &Server) -> i64 {
     s.info_field("memory", "used_memory")
         .and_then(|v| v.parse().ok())
         .expect("used_memory")
-}
-
-/// Waits until the server counts `n` blocked `LOCK.ACQUIRE` clients in all (INFO, so that no
-/// key is touched).
-#[track_caller]
-fn wait_total_waiters(s: &Server, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = redislock_info(s, "waiters");
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{now} waiters in all, expected {n}\n{}",
-            s.log_tail(20)
-        );
-        thread::sleep(Duration::from_millis(2));
-    }
 }
 
 /// A raw connection that sent `LOCK.ACQUIRE key token PX px BLOCK block`, returned once the
@@ -77,7 +52,7 @@ fn raw_waiter(s: &Server, key: &str, token: &str, px: i64, block: i64) -> (RawCo
         &block.to_string(),
     ]);
     let mut admin = RawConn::connect(s);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10) * time_scale();
     loop {
         let list = match admin.call(&["CLIENT", "LIST", "ID", &id.to_string()]) {
             Resp::Bulk(b) => b,
@@ -334,7 +309,7 @@ fn granting_client(
         let token = format!("{tag}-{n}");
         if let Some((_, f)) = acquire(&mut con, key, token.as_bytes(), 5000) {
             fences.push(f);
-            release(&mut con, key, token.as_bytes());
+            assert_eq!(release(&mut con, key, token.as_bytes()), 1, "{key} {token}");
         }
     }
     fences
@@ -389,6 +364,10 @@ fn split_brain_promoted_replica_outranks_a_master_that_keeps_granting() {
     assert!(
         new_min > old_max,
         "a promoted replica granted fence {new_min}, not above the old master's {old_max}"
+    );
+    assert!(
+        epoch_of(new_min) > epoch_of(old_max),
+        "the promoted replica grants in a higher epoch: {old_max} then {new_min}"
     );
     assert!(
         replica.log().contains("promoted to master"),
@@ -532,10 +511,13 @@ fn an_evicted_lock_is_a_silent_release_and_its_waiter_is_served() {
     // The old holder was not told; its lock is simply gone.
     assert_eq!(extend_px(&mut c, "evict:lock", b"holder", 60_000), 0);
     assert_eq!(release(&mut c, "evict:lock", b"holder"), 0);
+    assert_eq!(stat(&s, "handoffs"), 1, "the waiter was handed the lock");
+    // The writes that were still filling memory when the waiter was served may have evicted its
+    // lock in turn; if it is there, it is the waiter's.
     if let Some(i) = info(&mut c, "evict:lock") {
         assert_eq!((i.token.as_slice(), i.fence), (&b"waiter"[..], f2));
     }
-    assert_eq!(redislock_info(&s, "waiters"), 0);
+    assert_eq!(stat(&s, "waiters"), 0);
     assert_no_crash(&s);
 }
 
@@ -637,7 +619,7 @@ fn waiters_that_die_mid_block_leave_the_queue() {
         .collect();
     for (i, (_, w, id)) in queue.into_iter().enumerate() {
         if i % 2 == 0 {
-            let _ = run(&mut c, &rcmd!("CLIENT", "KILL", "ID", id));
+            assert_eq!(as_int(&ok(&mut c, &rcmd!("CLIENT", "KILL", "ID", id))), 1);
             drop(w);
         } else {
             w.close();
@@ -792,10 +774,10 @@ fn lifecycle_mix() {
         // by-expiry's 100 ms lease runs out; by-del is next.
         let (_, f3) = raw_grant(&by_del.read().unwrap()).expect("by-del");
         assert!(f3 > f2);
-        ok(&mut c, &rcmd!("DEL", key));
+        assert_eq!(as_int(&ok(&mut c, &rcmd!("DEL", key))), 1);
         let (_, f4) = raw_grant(&killed_after.read().unwrap()).expect("killed");
         assert!(f4 > f3);
-        ok(&mut c, &rcmd!("CLIENT", "KILL", "ID", kid));
+        assert_eq!(as_int(&ok(&mut c, &rcmd!("CLIENT", "KILL", "ID", kid))), 1);
         drop(killed_after);
 
         // Persistence and key commands on a held lock with a waiter.
@@ -807,7 +789,13 @@ fn lifecycle_mix() {
             &mut c,
             &rcmd!("RESTORE", format!("{other}:copy"), 0, as_bytes(&dump)),
         );
-        ok(&mut c, &rcmd!("COPY", &other, format!("{other}:copy2")));
+        assert_eq!(
+            as_int(&ok(
+                &mut c,
+                &rcmd!("COPY", &other, format!("{other}:copy2"))
+            )),
+            1
+        );
         ok(&mut c, &rcmd!("BGREWRITEAOF"));
         s.wait_aof_rewrite_done();
         ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
@@ -829,14 +817,27 @@ fn lifecycle_mix() {
             &rcmd!("LOCK.ACQUIRE", &other, "*", "PX", 100, "BLOCK", 10),
         );
         ok(&mut c, &rcmd!("LOCK.EXTEND", &other, "w", "PX", 100));
-        ok(&mut c, &rcmd!("EXEC"));
-        err(&mut c, &rcmd!("LOCK.ACQUIRE", &other, "", "PX", 100));
-        err(&mut c, &rcmd!("LOCK.ACQUIRE", &other, "x", "PX", 100, "NX"));
-        err(&mut c, &rcmd!("LOCK._APPLY", &other, "x", 5));
+        // w holds the lock: the acquire answers nil at once, the extension succeeds.
+        assert_eq!(
+            ok(&mut c, &rcmd!("EXEC")),
+            redis::Value::Array(vec![redis::Value::Nil, redis::Value::Int(1)])
+        );
+        assert_eq!(
+            err(&mut c, &rcmd!("LOCK.ACQUIRE", &other, "", "PX", 100)),
+            "ERR invalid token: must be 1 to 512 bytes"
+        );
+        assert_eq!(
+            err(&mut c, &rcmd!("LOCK.ACQUIRE", &other, "x", "PX", 100, "NX")),
+            "ERR syntax error: unknown option 'NX'"
+        );
+        assert_eq!(
+            err(&mut c, &rcmd!("LOCK._APPLY", &other, "x", 5)),
+            "ERR this command is internal to redislock replication and persistence"
+        );
         ok(&mut c, &rcmd!("FLUSHALL"));
     }
     ping(&mut c);
     wait_total_waiters(&s, 0);
-    assert_eq!(redislock_info(&s, "locks"), 0);
+    assert_eq!(stat(&s, "locks"), 0);
     assert_no_crash(&s);
 }

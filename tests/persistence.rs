@@ -319,19 +319,20 @@ fn generated_tokens_from_scripts_and_transactions_survive_aof_restart() {
 
 #[test]
 fn restore_from_another_server_keeps_fences_increasing() {
-    // A lock DUMPed on a server whose fences are high and RESTOREd on a fresh one: later grants
-    // on that name must still exceed the restored fence.
+    // A lock DUMPed on a server a promotion ahead (its fences are in epoch 1, above anything a
+    // fresh server's clock reaches) and RESTOREd on a fresh one: later grants on that name must
+    // still exceed the restored fence, which only the restored fence itself can make happen.
     let a = Server::start();
+    promote_times(&a, 1);
     let mut ac = a.conn();
-    for _ in 0..3 {
-        ok(&mut ac, &rcmd!("DEBUG", "RELOAD"));
-    }
     let (tok, high) = grant(&mut ac, "k", b"owner", 60_000);
+    assert_eq!(epoch_of(high), 1, "fence {high} of a server promoted once");
     let payload = as_bytes(&ok(&mut ac, &rcmd!("DUMP", "k")));
 
     let b = Server::start();
     let mut bc = b.conn();
-    grant(&mut bc, "local", b"l", 60_000);
+    let (_, local) = grant(&mut bc, "local", b"l", 60_000);
+    assert_eq!(epoch_of(local), 0);
     assert_eq!(
         ok(&mut bc, &rcmd!("RESTORE", "k", 60_000, payload.as_slice())),
         Value::Okay
@@ -344,6 +345,9 @@ fn restore_from_another_server_keeps_fences_increasing() {
         f > high,
         "fence {f} after RESTORE must exceed the restored fence {high}"
     );
+    // The clock was raised for every name, not just this one.
+    let (_, other) = grant(&mut bc, "other", b"o", 60_000);
+    assert!(other > f, "fence {other} after RESTORE must exceed {f}");
 }
 
 #[test]

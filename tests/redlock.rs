@@ -154,7 +154,7 @@ fn fails_cleanly_with_three_of_five_down() {
 
 #[test]
 fn a_lost_reply_is_retried_safely_and_keeps_the_instance() {
-    // Instance 0 is stalled (DEBUG SLEEP) past the client's read timeout: the first
+    // Instance 0 is stalled (CLIENT PAUSE) past the client's read timeout: the first
     // LOCK.ACQUIRE runs once the server wakes up, but its reply is lost; the client's resend
     // on a fresh connection re-grants with the same fence instead of failing.
     let servers = five();
@@ -170,32 +170,29 @@ fn a_lost_reply_is_retried_safely_and_keeps_the_instance() {
     // Connect first (a connection attempt during the stall would time out instead).
     let warmup = rl.lock("warmup", Duration::from_millis(10_000)).unwrap();
     assert_eq!(rl.unlock(&warmup), 5);
+    let (grants0, regrants0) = (stat(&servers[0], "grants"), stat(&servers[0], "regrants"));
+    // Instance 0 stalls in DEBUG SLEEP (which, unlike CLIENT PAUSE, runs the commands that
+    // arrived meanwhile once it wakes, even from connections closed since). The stall has begun
+    // once a PING goes unanswered for a while.
     let mut c0 = servers[0].conn();
-    let counter = |c0: &mut redis::Connection, name: &str| -> i64 {
-        let stats: String = redis::cmd("INFO").arg("redislock").query(c0).unwrap();
-        field(&stats, &format!("redislock_{name}"))
-            .unwrap_or_else(|| panic!("INFO redislock lacks {name}:\n{stats}"))
-            .parse()
-            .unwrap()
-    };
-    let (grants0, regrants0) = (counter(&mut c0, "grants"), counter(&mut c0, "regrants"));
-    let port = servers[0].port();
-    let sleeper = thread::spawn(move || {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
-        let mut con = client.get_connection().unwrap();
-        redis::cmd("DEBUG")
-            .arg("SLEEP")
-            .arg("0.5")
-            .query::<redis::Value>(&mut con)
+    let mut sleeper = RawConn::connect(&servers[0]);
+    sleeper.send(&["DEBUG", "SLEEP", "0.6"]);
+    loop {
+        let mut probe = RawConn::connect(&servers[0]);
+        probe
+            .stream()
+            .set_read_timeout(Some(Duration::from_millis(80)))
             .unwrap();
-    });
-    thread::sleep(Duration::from_millis(50));
+        if probe.call_or_timeout(&["PING"]).is_none() {
+            break;
+        }
+    }
     let t = Instant::now();
     let lock = rl
         .lock("res", Duration::from_millis(10_000))
         .expect("acquired");
     let took = t.elapsed();
-    sleeper.join().unwrap();
+    assert_eq!(sleeper.read(), Ok(Resp::Simple(b"OK".to_vec())));
     assert_eq!(lock.granted(), 5, "instance 0 counted after the resend");
     assert!(
         took > Duration::from_millis(300),
@@ -208,8 +205,8 @@ fn a_lost_reply_is_retried_safely_and_keeps_the_instance() {
     );
     assert_eq!(
         (
-            counter(&mut c0, "grants") - grants0,
-            counter(&mut c0, "regrants") - regrants0
+            stat(&servers[0], "grants") - grants0,
+            stat(&servers[0], "regrants") - regrants0
         ),
         (1, 1),
         "one grant (whose reply was lost) and one idempotent re-grant on instance 0"
@@ -231,7 +228,7 @@ fn fences_reject_a_holder_whose_lock_was_superseded() {
         "A writes while it holds the lock"
     );
     // A pauses past its validity; B takes over.
-    thread::sleep(Duration::from_millis(400));
+    thread::sleep(Duration::from_millis(400) * time_scale());
     let lb = b.lock("res", Duration::from_millis(10_000)).expect("B");
     assert!(resource.accept(&lb.fences), "B writes");
     // A wakes up: its writes are rejected, and its lock is lost.

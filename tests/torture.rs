@@ -4,10 +4,12 @@
 //! checks fences (per lock, a write whose fence is lower than the highest seen is refused).
 //!
 //! Checked, conservatively (only what the timestamps prove is flagged):
-//! - no two holders of one lock are live at once: a holder is live from its grant until it sends
-//!   its release or its lease ends, and its lease is bounded below with the TTL the server
-//!   reports (`LOCK.INFO` right after the grant, or the request time of a successful extension)
-//!   minus a safety margin;
+//! - no two holders of one lock are live at once: a holder is live from the arrival of its grant
+//!   until it sends its release or its lease ends, and its lease ends at the absolute expiry the
+//!   server reports (`LOCK.INFO` and `PEXPIRETIME` in one transaction right after the grant or a
+//!   successful extension) less a margin of a couple of milliseconds; that expiry must itself be
+//!   the grant (or extension) time plus the TTL asked for;
+//! - a `BLOCK` that answers nil has waited its whole timeout;
 //! - fences are unique and increase in grant order (a grant whose reply arrived before another
 //!   grant was requested has the smaller fence);
 //! - a live holder's writes, extensions and release succeed; a holder that overran its TTL gets
@@ -25,16 +27,18 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use redis::Connection;
+use redis::{Connection, Value};
 
 const LOCKS: usize = 3;
-/// How far inside its lease a holder must be before a conflict counts as a violation.
-const MARGIN: Duration = Duration::from_millis(20);
+/// How far inside its lease, as the server reports it, a holder must be before a conflict counts
+/// as a violation: the error of placing the server's wall-clock expiry on this process's
+/// monotonic clock. A handoff even a few milliseconds early is caught.
+const MARGIN: Duration = Duration::from_millis(2);
 /// Grants per worker, most over fewest, allowed.
 const FAIRNESS_BOUND: f64 = 3.0;
 
@@ -94,6 +98,8 @@ struct Stats {
     overruns: AtomicU64,
     stale_rejected: AtomicU64,
     stale_unverified: AtomicU64,
+    /// Grants whose lock was gone before the holder could read its expiry.
+    unverified: AtomicU64,
     writes: AtomicU64,
     checks: AtomicU64,
 }
@@ -174,6 +180,57 @@ fn key(lock: usize) -> String {
     format!("torture:{lock}")
 }
 
+/// The wall clock in microseconds since the Unix epoch (the clock the server's expiries use).
+fn wall_us() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_micros() as i64
+}
+
+/// Where the server's absolute expiry `at_ms` (Unix milliseconds, as `PEXPIRETIME` reports it)
+/// falls on this process's monotonic clock, read at once so the two clocks cannot drift apart.
+/// The server keeps the key until its clock has passed `at_ms`.
+fn wall_to_instant(at_ms: i64) -> Instant {
+    let now = Instant::now();
+    let ahead_us = at_ms * 1000 - wall_us();
+    if ahead_us >= 0 {
+        now + Duration::from_micros(ahead_us as u64)
+    } else {
+        now.checked_sub(Duration::from_micros(ahead_us.unsigned_abs()))
+            .unwrap_or(now)
+    }
+}
+
+/// A hold the server showed: its fence and absolute expiry (Unix ms).
+type HeldUntil = (i64, i64);
+
+/// `cmd`, then `LOCK.INFO key` and `PEXPIRETIME key`, in one transaction: the reply of `cmd` and,
+/// if the lock is then held by `token` with `fence` (any fence if `None`), its fence and absolute
+/// expiry (Unix ms).
+fn with_expiry(
+    con: &mut Connection,
+    cmd: Option<&redis::Cmd>,
+    key: &str,
+    token: &str,
+    fence: Option<i64>,
+) -> Result<(Option<Value>, Option<HeldUntil>), String> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    if let Some(c) = cmd {
+        pipe.add_command(c.clone());
+    }
+    pipe.cmd("LOCK.INFO").arg(key).cmd("PEXPIRETIME").arg(key);
+    let mut replies: Vec<Value> = pipe.query(con).map_err(|e| err_text(&e))?;
+    let expiry = as_int(&replies.pop().ok_or("short EXEC reply")?);
+    let info = parse_info(&replies.pop().ok_or("short EXEC reply")?);
+    let first = replies.pop();
+    let held = info
+        .filter(|i| i.token == token.as_bytes() && fence.is_none_or(|f| f == i.fence))
+        .map(|i| (i.fence, expiry));
+    Ok((first, held))
+}
+
 /// One worker: contends until `deadline`; returns its grants.
 fn worker(
     shared: &Shared,
@@ -192,12 +249,14 @@ fn worker(
         let token = format!("w{id}-{seq}");
         let ttl: u64 = rng.gen_range(40..=150);
         let block: u64 = rng.gen_range(200..=1500);
+        let sent_wall_ms = wall_us().div_euclid(1000);
         let sent = Instant::now();
         let reply = run(
             con,
             &rcmd!("LOCK.ACQUIRE", &key, &token, "PX", ttl, "BLOCK", block),
         );
         let granted = Instant::now();
+        let granted_wall_ms = wall_us().div_euclid(1000) + 1;
         let grant = match reply {
             Ok(v) => parse_grant(&v),
             Err(e) => {
@@ -207,6 +266,13 @@ fn worker(
         };
         let Some((tok, fence)) = grant else {
             shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+            // The deadline timer starts when the command runs, after `sent`.
+            if granted + Duration::from_millis(1) < sent + Duration::from_millis(block) {
+                shared.violation(format!(
+                    "lock {lock}: worker {id} BLOCK {block} answered nil after {:?}",
+                    granted.duration_since(sent)
+                ));
+            }
             continue;
         };
         shared.stats.grants.fetch_add(1, Ordering::Relaxed);
@@ -227,35 +293,43 @@ fn worker(
             granted,
             live_end: None,
         };
-        // The server-reported TTL bounds the lease from below.
+        // The lease, as the server reports it: from the grant's arrival here until the absolute
+        // expiry the server holds the key to.
         let info_sent = Instant::now();
-        let info_reply = match run(con, &rcmd!("LOCK.INFO", &key)) {
-            Ok(v) => parse_info(&v),
+        let expiry = match with_expiry(con, None, &key, &token, Some(fence)) {
+            Ok((_, held)) => held.map(|(_, at)| at),
             Err(e) => {
-                shared.violation(format!("worker {id}: LOCK.INFO failed: {e}"));
+                shared.violation(format!("worker {id}: LOCK.INFO/PEXPIRETIME failed: {e}"));
                 return holds;
             }
         };
-        let info_recv = Instant::now();
-        let mut safe_until = match &info_reply {
-            Some(i) if i.token == token.as_bytes() && i.fence == fence && i.ttl > 0 => {
-                let until = info_sent + Duration::from_millis(i.ttl as u64);
-                until.checked_sub(MARGIN).unwrap_or(info_sent)
+        let Some(expiry) = expiry else {
+            // Gone already: only possible if the lease could have ended. The grant happened
+            // after `sent`, so the lease lasted at least until `sent + ttl`.
+            shared.stats.unverified.fetch_add(1, Ordering::Relaxed);
+            if info_sent + MARGIN < sent + Duration::from_millis(ttl) {
+                shared.violation(format!(
+                    "lock {lock}: worker {id} (fence {fence}) lost the lock within its TTL: \
+                     gone at {}",
+                    shared.at(info_sent)
+                ));
             }
-            other => {
-                // Gone already: only possible if the lease could have ended.
-                let lease_floor = sent + Duration::from_millis(ttl);
-                if info_recv + MARGIN < lease_floor {
-                    shared.violation(format!(
-                        "lock {lock}: worker {id} (fence {fence}) lost the lock within its TTL: \
-                         LOCK.INFO at {} shows {other:?}",
-                        shared.at(info_recv)
-                    ));
-                }
-                holds.push(hold);
-                continue;
-            }
+            holds.push(hold);
+            continue;
         };
+        // The server's expiry is the grant time plus the TTL: the grant ran between the
+        // request and the reply.
+        let ttl = ttl as i64;
+        if expiry < sent_wall_ms + ttl || expiry > granted_wall_ms + ttl {
+            shared.violation(format!(
+                "lock {lock}: worker {id} (fence {fence}) PX {ttl}: the server's expiry is \
+                 {} ms after the request was sent and {} ms after the grant arrived",
+                expiry - sent_wall_ms,
+                expiry - granted_wall_ms
+            ));
+        }
+        let lease_end = wall_to_instant(expiry);
+        let mut safe_until = lease_end.checked_sub(MARGIN).unwrap_or(granted);
         let overrun = rng.gen_range(0..100) < 10;
         shared.enter(lock, fence, id, safe_until);
         let (ok, at) = shared.write(lock, fence, sent);
@@ -269,7 +343,7 @@ fn worker(
         if overrun {
             shared.stats.overruns.fetch_add(1, Ordering::Relaxed);
             hold.live_end = Some(safe_until);
-            overrun_and_check(shared, con, id, &hold, &token, ttl);
+            overrun_and_check(shared, con, id, &hold, &token, lease_end);
             holds.push(hold);
             continue;
         }
@@ -277,18 +351,28 @@ fn worker(
         let action = rng.gen_range(0..100);
         thread::sleep(Duration::from_millis(rng.gen_range(0..6)));
         if action < 40 {
-            let ttl2: u64 = rng.gen_range(40..=150);
+            let ttl2: i64 = rng.gen_range(40..=150);
             let regrant = action < 10;
+            let t0_wall_ms = wall_us().div_euclid(1000);
             let t0 = Instant::now();
             let cmd = if regrant {
                 rcmd!("LOCK.ACQUIRE", &key, &token, "PX", ttl2)
             } else {
                 rcmd!("LOCK.EXTEND", &key, &token, "PX", ttl2)
             };
-            let r = run(con, &cmd);
+            let r = with_expiry(con, Some(&cmd), &key, &token, None);
             let t1 = Instant::now();
-            let success = match &r {
-                Ok(v) if regrant => match parse_grant(v) {
+            let t1_wall_ms = wall_us().div_euclid(1000) + 1;
+            let (r, held) = match r {
+                Ok((Some(v), held)) => (v, held),
+                Ok((None, _)) => unreachable!("the pipeline has three commands"),
+                Err(e) => {
+                    shared.violation(format!("worker {id}: extend/re-grant failed: {e}"));
+                    return holds;
+                }
+            };
+            let success = if regrant {
+                match parse_grant(&r) {
                     Some((t, f)) if t == token.as_bytes() && f == fence => true,
                     Some((t, f)) => {
                         // A new grant with a new fence: only right if the lease had ended.
@@ -302,23 +386,23 @@ fn worker(
                             ));
                         }
                         shared.stats.grants.fetch_add(1, Ordering::Relaxed);
+                        let live_end = held
+                            .filter(|&(hf, _)| hf == f)
+                            .map(|(_, at)| wall_to_instant(at).checked_sub(MARGIN).unwrap_or(t1));
                         holds.push(Hold {
                             lock,
                             worker: id,
                             fence: f,
                             sent: t0,
                             granted: t1,
-                            live_end: None,
+                            live_end: live_end.map(|e| e.max(t1)),
                         });
                         false
                     }
                     None => false,
-                },
-                Ok(v) => as_int(v) == 1,
-                Err(e) => {
-                    shared.violation(format!("worker {id}: extend/re-grant failed: {e}"));
-                    return holds;
                 }
+            } else {
+                as_int(&r) == 1
             };
             if success {
                 if regrant {
@@ -326,9 +410,24 @@ fn worker(
                 } else {
                     shared.stats.extends.fetch_add(1, Ordering::Relaxed);
                 }
-                // The lease ran continuously up to the extension and now ends no sooner than
-                // its request time plus the new TTL (which may be shorter than before).
-                safe_until = t0 + Duration::from_millis(ttl2) - MARGIN;
+                // The lease ran continuously up to the extension and now ends at the expiry the
+                // server reports (which may be sooner than before), between the request and the
+                // reply plus the new TTL.
+                let Some((_, at)) = held else {
+                    shared.violation(format!(
+                        "lock {lock}: worker {id} (fence {fence}) extended, but in the same \
+                         transaction LOCK.INFO does not show its hold"
+                    ));
+                    return holds;
+                };
+                if at < t0_wall_ms + ttl2 || at > t1_wall_ms + ttl2 {
+                    shared.violation(format!(
+                        "lock {lock}: worker {id} (fence {fence}) extended with PX {ttl2}: the \
+                         server's expiry is {} ms after the request",
+                        at - t0_wall_ms
+                    ));
+                }
+                safe_until = wall_to_instant(at).checked_sub(MARGIN).unwrap_or(t1);
                 shared.enter(lock, fence, id, safe_until);
             } else {
                 if t1 < safe_until {
@@ -342,7 +441,7 @@ fn worker(
                 }
                 // The lease may be over: stop here, as a holder that lost its lock would.
                 shared.leave(lock, fence);
-                hold.live_end = Some(safe_until.min(t0));
+                hold.live_end = Some(safe_until.min(t0).max(granted));
                 holds.push(hold);
                 let _ = run(con, &rcmd!("LOCK.RELEASE", &key, &token));
                 continue;
@@ -378,13 +477,13 @@ fn worker(
                 shared.at(safe_until)
             ));
         }
-        hold.live_end = Some(safe_until.min(rel_sent));
+        hold.live_end = Some(safe_until.min(rel_sent).max(granted));
         holds.push(hold);
     }
     holds
 }
 
-/// A holder that sleeps past its TTL: its lock must be gone for it, and once a later holder has
+/// A holder that sleeps past its lease: its lock must be gone for it, and once a later holder has
 /// written, the resource must refuse its write.
 fn overrun_and_check(
     shared: &Shared,
@@ -392,12 +491,12 @@ fn overrun_and_check(
     id: usize,
     hold: &Hold,
     token: &str,
-    ttl: u64,
+    lease_end: Instant,
 ) {
-    let (lock, fence, granted) = (hold.lock, hold.fence, hold.granted);
+    let (lock, fence) = (hold.lock, hold.fence);
     let key = key(lock);
-    // The grant happened before `granted`, so the lease ended by `lease_ceiling`.
-    let lease_ceiling = granted + Duration::from_millis(ttl);
+    // The server keeps the key until its clock passes the expiry millisecond.
+    let lease_ceiling = lease_end + Duration::from_millis(1) + MARGIN;
     let past = lease_ceiling + Duration::from_millis(25);
     thread::sleep(past.saturating_duration_since(Instant::now()));
     for cmd in [
@@ -577,12 +676,14 @@ fn mutual_exclusion_under_contention() {
         let res = res.lock().unwrap();
         (a + res.accepted, r + res.rejected)
     });
+    let handoffs = stat(&server, "handoffs");
     let s = &shared.stats;
     let violations = shared.violations.lock().unwrap();
     println!(
         "TORTURE-SUMMARY secs={} workers={} locks={LOCKS} seed={} grants={} blocked_grants={} \
          timeouts={} extends={} regrants={} releases={} overruns={} stale_rejected={} \
-         stale_unverified={} writes={} accepted={accepted} rejected={rejected} checks={} \
+         stale_unverified={} unverified={} handoffs={handoffs} writes={} accepted={accepted} \
+         rejected={rejected} checks={} \
          per_worker_min={min} per_worker_max={max} fairness={ratio:.2} violations={}",
         cfg.secs,
         cfg.workers,
@@ -596,6 +697,7 @@ fn mutual_exclusion_under_contention() {
         s.overruns.load(Ordering::Relaxed),
         s.stale_rejected.load(Ordering::Relaxed),
         s.stale_unverified.load(Ordering::Relaxed),
+        s.unverified.load(Ordering::Relaxed),
         s.writes.load(Ordering::Relaxed),
         s.checks.load(Ordering::Relaxed),
         violations.len()
@@ -604,6 +706,27 @@ fn mutual_exclusion_under_contention() {
         s.grants.load(Ordering::Relaxed) >= (cfg.workers as u64) * 5,
         "too few grants to mean anything"
     );
+    // Every scenario the checks are about happened: grants after waiting (handed off by the
+    // server), holders that overran their TTL, stale writes refused, re-grants.
+    for (what, n) in [
+        (
+            "grants after waiting",
+            s.blocked_grants.load(Ordering::Relaxed),
+        ),
+        ("handoffs (INFO redislock)", handoffs as u64),
+        ("TTL overruns", s.overruns.load(Ordering::Relaxed)),
+        (
+            "stale writes refused",
+            s.stale_rejected.load(Ordering::Relaxed),
+        ),
+        ("re-grants", s.regrants.load(Ordering::Relaxed)),
+        ("extensions", s.extends.load(Ordering::Relaxed)),
+    ] {
+        assert!(
+            n > 0,
+            "no {what} in the run: the checks proved nothing about them"
+        );
+    }
     assert!(
         violations.is_empty(),
         "{} violations (seed {}); first ones:\n{}\n{}",

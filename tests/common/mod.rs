@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -222,6 +223,7 @@ impl ServerBuilder {
             module_args: self.module_args,
             config_file,
             cluster: self.cluster,
+            allow_crash_signs: false,
         };
         server.launch_on_free_port();
         if let Some(master_port) = replica_of {
@@ -241,6 +243,8 @@ pub struct Server {
     config_file: Option<PathBuf>,
     /// A cluster node (see `ServerBuilder::cluster_enabled`).
     cluster: bool,
+    /// Crash signs in the log do not fail the test when the server is dropped.
+    allow_crash_signs: bool,
 }
 
 enum LaunchError {
@@ -332,6 +336,12 @@ impl Server {
             .filter(|l| SIGNS.iter().any(|s| l.contains(s)))
             .map(str::to_string)
             .collect()
+    }
+
+    /// For a test that provokes crash signs on purpose: dropping the server does not fail the
+    /// test for them (see `Drop`).
+    pub fn allow_crash_signs(&mut self) {
+        self.allow_crash_signs = true;
     }
 
     pub fn log_tail(&self, lines: usize) -> String {
@@ -495,6 +505,19 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr);
+        // The server dies with the test binary, however the binary ends (a crash, a kill, an
+        // aborted run), instead of lingering on its port. (The signal follows the thread that
+        // started the server, which outlives it: servers are dropped by the test that made them.)
+        // SAFETY: `prctl` is async-signal-safe, the only kind of call allowed between fork and
+        // exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {} (set REDIS_SERVER?): {e}", server_binary()));
@@ -695,8 +718,25 @@ impl Drop for Server {
             let _ = child.kill();
             let _ = child.wait();
         }
-        if std::env::var_os("REDISLOCK_KEEP_TEST_DIRS").is_none() {
+        // A panic the module caught (in a timer, an event or a callback) leaves the server up
+        // and the test green unless someone looks: every test looks here. A test that is
+        // already failing keeps its own message.
+        let crash = if thread::panicking() || self.allow_crash_signs {
+            Vec::new()
+        } else {
+            self.crash_lines()
+        };
+        let keep = !crash.is_empty() || std::env::var_os("REDISLOCK_KEEP_TEST_DIRS").is_some();
+        if !keep {
             let _ = std::fs::remove_dir_all(&self.dir);
+        }
+        if !crash.is_empty() {
+            panic!(
+                "the server on port {} logged a crash or a caught panic:\n{}\n(logs kept in {})",
+                self.port,
+                crash.join("\n"),
+                self.dir.display()
+            );
         }
     }
 }
@@ -1166,7 +1206,7 @@ pub fn read_resp(r: &mut dyn std::io::BufRead, depth: usize) -> Result<Resp, Str
 /// only observe, within a bounded deadline.
 #[track_caller]
 pub fn wait_waiters(con: &mut Connection, key: &str, n: i64) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10) * time_scale();
     loop {
         let now = info(con, key).map_or(0, |i| i.waiters);
         if now == n {
@@ -1177,5 +1217,206 @@ pub fn wait_waiters(con: &mut Connection, key: &str, n: i64) {
             "{key}: {now} waiters, expected {n}"
         );
         thread::sleep(Duration::from_millis(2));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Waiters and counters
+// ---------------------------------------------------------------------------------------------
+
+/// Polls `f` until it answers `true`, at most `limit` times `time_scale()`: for a state change in
+/// the server that a test can only observe.
+#[track_caller]
+pub fn wait_until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit * time_scale();
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// What a waiter's `LOCK.ACQUIRE … BLOCK` answered: the reply (a server error as its full text),
+/// how long it took, and when it arrived.
+#[derive(Clone, Debug)]
+pub struct WaitReply {
+    pub reply: Result<Value, String>,
+    pub took: Duration,
+    pub at: Instant,
+}
+
+impl WaitReply {
+    /// The grant `(token, fence)`; anything else (nil, an error) fails the test.
+    #[track_caller]
+    pub fn granted(&self) -> (Vec<u8>, i64) {
+        match &self.reply {
+            Ok(v @ Value::Array(_)) => parse_grant(v).unwrap(),
+            other => panic!("the waiter should be granted, got {other:?}"),
+        }
+    }
+
+    /// The reply is nil (a timeout), not a grant and not an error.
+    #[track_caller]
+    pub fn assert_nil(&self) {
+        assert!(
+            matches!(self.reply, Ok(Value::Nil)),
+            "the waiter should get nil, got {:?}",
+            self.reply
+        );
+    }
+
+    /// The full error text; anything else fails the test.
+    #[track_caller]
+    pub fn error(&self) -> &str {
+        match &self.reply {
+            Err(e) => e,
+            Ok(v) => panic!("the waiter should get an error, got {v:?}"),
+        }
+    }
+}
+
+/// A client blocked (or about to block) in `LOCK.ACQUIRE … BLOCK` on a thread of its own.
+pub struct Waiter {
+    rx: std::sync::mpsc::Receiver<WaitReply>,
+    /// `CLIENT ID` of the waiter's connection.
+    pub id: i64,
+    /// When the command was about to be sent.
+    pub started: Instant,
+}
+
+impl Waiter {
+    /// The reply; fails the test if none arrives within 10 s (times `time_scale()`).
+    #[track_caller]
+    pub fn recv(&self) -> WaitReply {
+        self.recv_within(Duration::from_secs(10))
+            .unwrap_or_else(|| panic!("the waiter never answered"))
+    }
+
+    /// The reply, if it arrives within `limit` (times `time_scale()`).
+    pub fn recv_within(&self, limit: Duration) -> Option<WaitReply> {
+        self.rx.recv_timeout(limit * time_scale()).ok()
+    }
+
+    /// The reply, if it has arrived already.
+    pub fn try_recv(&self) -> Option<WaitReply> {
+        self.rx.try_recv().ok()
+    }
+
+    /// Shorthand for `recv().granted()`.
+    #[track_caller]
+    pub fn granted(&self) -> (Vec<u8>, i64) {
+        self.recv().granted()
+    }
+}
+
+/// Starts a client on 127.0.0.1:`port` that sends `LOCK.ACQUIRE key token PX px BLOCK block_ms`
+/// from a thread of its own. It returns at once: wait for the server to count the waiter
+/// (`wait_waiters`, `wait_total_waiters`) before relying on its place in the queue.
+pub fn spawn_waiter_on(port: u16, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client url");
+    let mut con = client
+        .get_connection_with_timeout(io_timeout())
+        .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{port}: {e}"));
+    // Long enough for the longest wait a test asks for.
+    let read_timeout = io_timeout().max(Duration::from_millis(block_ms as u64 + 10_000));
+    con.set_read_timeout(Some(read_timeout)).unwrap();
+    con.set_write_timeout(Some(io_timeout())).unwrap();
+    let id = as_int(&ok(&mut con, &rcmd!("CLIENT", "ID")));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (key, token) = (key.to_string(), token.to_string());
+    let started = Instant::now();
+    thread::spawn(move || {
+        let t = Instant::now();
+        let reply = run(
+            &mut con,
+            &rcmd!("LOCK.ACQUIRE", &key, &token, "PX", px, "BLOCK", block_ms),
+        )
+        .map_err(|e| err_text(&e));
+        let _ = tx.send(WaitReply {
+            reply,
+            took: t.elapsed(),
+            at: Instant::now(),
+        });
+    });
+    Waiter { rx, id, started }
+}
+
+/// `spawn_waiter_on` the server's port.
+pub fn spawn_waiter(server: &Server, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
+    spawn_waiter_on(server.port(), key, token, px, block_ms)
+}
+
+/// The counter `redislock_<name>` of `INFO redislock`.
+pub fn stat(server: &Server, name: &str) -> i64 {
+    stat_in(&server.info_text("redislock"), name)
+}
+
+/// The counter `redislock_<name>` in the text of `INFO redislock`.
+#[track_caller]
+pub fn stat_in(info: &str, name: &str) -> i64 {
+    field(info, &format!("redislock_{name}"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("INFO redislock lacks redislock_{name}:\n{info}"))
+}
+
+/// Waits until the server counts `n` blocked `LOCK.ACQUIRE` clients in all (`INFO`, so that no
+/// key is touched).
+#[track_caller]
+pub fn wait_total_waiters(s: &Server, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(10) * time_scale();
+    loop {
+        let now = stat(s, "waiters");
+        if now == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{now} waiters in all, expected {n}\n{}",
+            s.log_tail(20)
+        );
+        thread::sleep(Duration::from_millis(2));
+    }
+}
+
+impl Server {
+    /// The whole text of `INFO <section>`.
+    pub fn info_text(&self, section: &str) -> String {
+        let mut con = self.conn();
+        redis::cmd("INFO").arg(section).query(&mut con).unwrap()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fence epochs
+// ---------------------------------------------------------------------------------------------
+
+/// Where the epoch starts in a fence (`fence >> EPOCH_SHIFT` is the epoch).
+pub const EPOCH_SHIFT: u32 = 51;
+
+/// The epoch of a fence.
+pub fn epoch_of(fence: i64) -> i64 {
+    fence >> EPOCH_SHIFT
+}
+
+/// Promotes `server` `times` times (`REPLICAOF` a port nobody listens on, then
+/// `REPLICAOF NO ONE`), so that its fences come from a higher epoch than a fresh server's. Do it
+/// before writing: the data stays, but nothing is meant to replicate.
+pub fn promote_times(server: &Server, times: usize) {
+    let mut con = server.conn();
+    for _ in 0..times {
+        let nobody = free_port();
+        assert_eq!(
+            ok(&mut con, &rcmd!("REPLICAOF", "127.0.0.1", nobody)),
+            Value::Okay
+        );
+        assert_eq!(ok(&mut con, &rcmd!("REPLICAOF", "NO", "ONE")), Value::Okay);
+    }
+    server.wait_info("replication", "role", "master");
+}
+
+impl RawConn {
+    /// Sends a command and reads its reply; `None` if none arrives within the read timeout.
+    pub fn call_or_timeout<A: AsRef<[u8]>>(&mut self, args: &[A]) -> Option<Resp> {
+        self.send(args);
+        self.read().ok()
     }
 }
