@@ -119,7 +119,7 @@ summary+=("fuzz total [$(elapsed $t0)s]")
 note "command fuzzer: $COMMAND_CASES cases, seed $SEED"
 t0=$(date +%s)
 REDISLOCK_FUZZ_CASES=$COMMAND_CASES REDISLOCK_FUZZ_SEED=$SEED \
-    cargo test --release --test fuzz_commands -- --nocapture >"$logs/fuzz-commands.log" 2>&1
+    cargo test --release --test suite fuzz_commands:: -- --nocapture >"$logs/fuzz-commands.log" 2>&1
 rc=$?
 grep -h "^FUZZ-COMMANDS-SUMMARY" "$logs/fuzz-commands.log" || tail -30 "$logs/fuzz-commands.log"
 if [ $rc -eq 0 ]; then
@@ -131,7 +131,7 @@ fi
 note "RESTORE fuzzer: $RESTORE_CASES mutated payloads, seed $SEED"
 t0=$(date +%s)
 REDISLOCK_RESTORE_FUZZ_CASES=$RESTORE_CASES REDISLOCK_RESTORE_FUZZ_SEED=$SEED \
-    cargo test --release --test restore_fuzz -- --nocapture >"$logs/restore-fuzz.log" 2>&1
+    cargo test --release --test suite restore_fuzz:: -- --nocapture >"$logs/restore-fuzz.log" 2>&1
 rc=$?
 grep -h "^RESTORE-FUZZ-SUMMARY" "$logs/restore-fuzz.log" || tail -30 "$logs/restore-fuzz.log"
 if [ $rc -eq 0 ]; then
@@ -155,9 +155,9 @@ if [ "$VALGRIND" != 0 ]; then
         REDISLOCK_VALGRIND_DIR="$vgdir" REDIS_SERVER="$root/stress/valgrind-redis.sh" \
             REDISLOCK_TEST_TIME_SCALE=20 REDISLOCK_GRACEFUL_STOP=1 \
             REDISLOCK_LIFECYCLE_ROUNDS=10 REDISLOCK_FUZZ_CASES=2000 REDISLOCK_FUZZ_SEED=$SEED \
-            cargo test --release --no-fail-fast \
-            --test blocking --test commands --test persistence --test acl --test faults \
-            --test fuzz_commands >"$logs/valgrind-tests.log" 2>&1
+            cargo test --release --no-fail-fast --test suite -- \
+            blocking:: commands:: persistence:: acl:: faults:: fuzz_commands:: \
+            >"$logs/valgrind-tests.log" 2>&1
         rc=$?
         passed=$(sed -n 's/^test result.* \([0-9]*\) passed.*/\1/p' "$logs/valgrind-tests.log" | awk '{s += $1} END {print s + 0}')
         nfail=$(sed -n 's/^test result.* \([0-9]*\) failed.*/\1/p' "$logs/valgrind-tests.log" | awk '{s += $1} END {print s + 0}')
@@ -181,8 +181,8 @@ fi
 
 # 5. Known module bugs --------------------------------------------------------------------
 note "tests of known module bugs (#[ignore = \"module bug: …\"])"
-cargo test --release --no-fail-fast --test torture --test faults --test fuzz_commands --test acl \
-    --test blocking -- --ignored >"$logs/known-bugs.log" 2>&1
+cargo test --release --no-fail-fast --test torture --test suite -- --ignored \
+    >"$logs/known-bugs.log" 2>&1
 still=$(grep -hE "^test .* FAILED$" "$logs/known-bugs.log" | sed 's/^test \(.*\) \.\.\. FAILED$/\1/' | paste -sd' ')
 fixed=$(grep -hE "^test .* ok$" "$logs/known-bugs.log" | sed 's/^test \(.*\) \.\.\. ok$/\1/' | paste -sd' ')
 if grep -q "^test result" "$logs/known-bugs.log"; then

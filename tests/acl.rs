@@ -2,9 +2,7 @@
 //! commands can be allowed or denied one by one, the internal replication commands stay internal
 //! whatever a user may run, and owner tokens never reach the server log.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use redis::Connection;
 
 const ALL_LOCK_COMMANDS: &str = "+lock.acquire +lock.release +lock.extend +lock.info";

@@ -12,15 +12,13 @@
 //! Each example prints the same transcript; the checks below read it line by line and compare it
 //! with the server's own count of the commands the example sent.
 
-mod common;
-
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// An example that takes longer than this is killed and fails.
 const DEMO_DEADLINE: Duration = Duration::from_secs(60);

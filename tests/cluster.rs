@@ -12,14 +12,12 @@
 //! Each test builds its own cluster (about 2 s); `Cluster` owns the `Server`s, so every node is
 //! stopped when a test fails.
 
-mod common;
-
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, RedisError, Value};
 
 /// Bound for cluster state changes (creation, failover, slot moves) to settle.

@@ -1,13 +1,11 @@
 //! Command replies, options, validation and error handling of redislock (SPEC "Commands",
 //! "Errors", "Fencing tokens" on a single server).
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, Value};
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
@@ -674,7 +672,7 @@ fn every_error_reply_has_its_documented_text() {
     ok(&mut c, &rcmd!("SET", "str", "v"));
     let (_, f) = grant(&mut c, "k", b"t", 100_000);
     const INVALID_TTL: &str =
-        "ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds";
+        "ERR invalid expire time: must be a positive integer of at most 1000000000000 milliseconds";
     const INVALID_TOKEN: &str = "ERR invalid token: must be 1 to 512 bytes";
     const INTERNAL: &str = "ERR this command is internal to redislock replication and persistence";
     let arity = |cmd: &str| format!("ERR wrong number of arguments for '{cmd}' command");
@@ -739,11 +737,11 @@ fn every_error_reply_has_its_documented_text() {
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", -1),
-            "ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds".into(),
+            "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most 1000000000000 milliseconds".into(),
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", "soon"),
-            "ERR invalid BLOCK timeout: must be a non-negative integer of milliseconds".into(),
+            "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most 1000000000000 milliseconds".into(),
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "", "PX", 10),
@@ -1207,7 +1205,7 @@ fn odd_bytes_in_an_unknown_option_and_late_ttl_overflow_are_plain_errors() {
         let e = err(&mut c, &cmd);
         assert_eq!(
             e,
-            "ERR invalid expire time: must be a positive integer that fits in 64-bit milliseconds",
+            "ERR invalid expire time: must be a positive integer of at most 1000000000000 milliseconds",
             "{}",
             describe(&cmd)
         );

@@ -1,10 +1,8 @@
 //! How the module fits Redis: settings, `INFO redislock`, keyspace notifications and command docs.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, Value};
 
 fn config_get(con: &mut Connection, name: &str) -> String {

@@ -3,15 +3,13 @@
 //! `LOCK.RELEASE` would: handed to the first waiter, replicated and written to the AOF as a
 //! release. The lease stays the backstop; the binding lives on the granting server only.
 
-mod common;
-
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn client_of(con: &mut redis::Connection, key: &str) -> i64 {
     let v = ok(con, &rcmd!("LOCK.INFO", key));

@@ -6,12 +6,10 @@
 //! second, the reply is exactly the documented one, every waiter ends with the right answer at
 //! the right time, and the scheduler is left with nothing once nobody waits.
 
-mod common;
-
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use redis::Connection;
 
 const TTL_ERR: &str =

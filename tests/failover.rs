@@ -7,13 +7,11 @@
 //! when it rejoins, waiters on the demoted master are answered, and failing back raises fences
 //! again.
 
-mod common;
-
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, Value};
 
 /// `REPLICAOF NO ONE` on `s`, waiting for the role change.

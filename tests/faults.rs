@@ -5,15 +5,13 @@
 //! `lifecycle_mix` is also the scenario that `make stress` runs under valgrind (many waiters that
 //! time out, disconnect, are unblocked or are handed the lock, plus persistence round trips).
 
-mod common;
-
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::Connection;

@@ -15,11 +15,9 @@
 //! `REDISLOCK_FUZZ_CASES` (default 4000) and `REDISLOCK_FUZZ_SEED` (default: the time; printed)
 //! control the run; `make stress` runs many more cases and reads the `FUZZ-COMMANDS-SUMMARY` line.
 
-mod common;
-
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

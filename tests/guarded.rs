@@ -3,11 +3,9 @@
 //! user (ACL), refused for memory as usual, never for what cannot run inside a command, keys in
 //! the guard key's slot in Cluster, and replicated exactly.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use redis::Connection;
 
 fn digest(con: &mut Connection) -> Vec<u8> {

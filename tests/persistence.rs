@@ -2,12 +2,10 @@
 //! RDB, AOF (with and without rewrite / RDB preamble), key-level commands (DUMP/RESTORE, COPY,
 //! RENAME, MOVE, MEMORY USAGE).
 
-mod common;
-
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, Value};
 
 /// One held lock as seen before a reload.

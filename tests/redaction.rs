@@ -3,11 +3,9 @@
 //! an acquire that waits with `BLOCK` and is handed the lock, and on a replica for the
 //! `LOCK._APPLY` effects it receives — and the token bytes appear nowhere in those outputs.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rand::Rng;
 use redis::Value;
 

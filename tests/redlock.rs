@@ -3,19 +3,17 @@
 //! retry after a lost reply, fencing of a superseded holder, and mutual exclusion under
 //! contention.
 
-mod common;
-
 #[path = "../examples/redlock.rs"]
 #[allow(dead_code)]
-mod redlock;
+mod algorithm;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
-use redlock::{FenceRecord, Options, Redlock, RedlockError};
+use crate::common::*;
+use algorithm::{FenceRecord, Options, Redlock, RedlockError};
 
 fn five() -> Vec<Server> {
     (0..5).map(|_| Server::start()).collect()

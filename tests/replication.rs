@@ -2,12 +2,10 @@
 //! replicas mirror token, fence and absolute expiry; writes on a replica are refused; a promoted
 //! replica issues fences above everything its old master issued.
 
-mod common;
-
 use std::thread;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use redis::{Connection, Value};
 
 fn digest_value(con: &mut Connection, key: &str) -> Value {

@@ -3,13 +3,11 @@
 //! replaced rather than added to, and gone with the lock or the waiter (`INFO redislock`
 //! `scheduled_jobs` and `timers`).
 
-mod common;
-
 use std::io::Write;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn redislock_info(server: &Server, name: &str) -> i64 {
     server

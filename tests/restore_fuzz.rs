@@ -12,11 +12,9 @@
 //! Also: a full sync of a dataset with locks to replicas with `repl-diskless-load swapdb` and
 //! `on-empty-db`, whose data must end up identical.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{Connection, Value};
@@ -138,6 +136,9 @@ impl Dump {
 enum Expect {
     /// `OK`, and the key is this lock.
     Lock { token: Vec<u8>, fence: u64 },
+    /// `OK`, and the key is a fence gate (kind 1, no token) with this fence. A gate's fence is
+    /// not bounded: it never feeds the fence clock.
+    Gate { fence: u64 },
     /// An error reply; no key.
     Refused,
     /// Either, as long as what is accepted is a valid lock (LZF-compressed tokens, trailing
@@ -245,6 +246,15 @@ fn expect(payload: &[u8], module_name_bits: u64, now: i64) -> Expect {
     let Some(token) = token else {
         return Expect::Either;
     };
+    if mode == 1 && token.is_empty() {
+        if !(1..=i64::MAX as u64).contains(&fence) {
+            return Expect::Refused;
+        }
+        if r.at != payload.len() - 10 {
+            return Expect::Either;
+        }
+        return Expect::Gate { fence };
+    }
     if mode != 0 || token.is_empty() || token.len() > MAX_TOKEN {
         return Expect::Refused;
     }
@@ -265,6 +275,20 @@ fn expect(payload: &[u8], module_name_bits: u64, now: i64) -> Expect {
 // ---------------------------------------------------------------------------------------------
 // Running cases
 // ---------------------------------------------------------------------------------------------
+
+/// The fence of the gate at `key`, if the key is a fence gate.
+fn gate_fence(con: &mut redis::Connection, key: &str) -> Option<u64> {
+    match ok(con, &rcmd!("LOCK.INFO", key)) {
+        redis::Value::Array(items)
+            if items.len() == 4
+                && as_bytes(&items[0]) == b"mode"
+                && as_bytes(&items[1]) == b"gate" =>
+        {
+            Some(as_int(&items[3]) as u64)
+        }
+        _ => None,
+    }
+}
 
 const STRING_SENTINEL: &str = "sentinel:string";
 const LOCK_SENTINEL: &str = "sentinel:lock";
@@ -340,7 +364,14 @@ impl Bench {
                     "{what}: restored lock"
                 );
             }
-            (Expect::Lock { .. }, false) => panic!(
+            (Expect::Gate { fence }, true) => {
+                assert_eq!(
+                    gate_fence(&mut self.c, &key),
+                    Some(*fence),
+                    "{what}: restored gate"
+                );
+            }
+            (Expect::Lock { .. } | Expect::Gate { .. }, false) => panic!(
                 "{what}: a valid lock payload was refused: {}",
                 err_text(r.as_ref().unwrap_err())
             ),
@@ -348,6 +379,10 @@ impl Bench {
                 "{what}: a damaged payload was accepted: {:?}",
                 info(&mut self.c, &key)
             ),
+            (_, true) if gate_fence(&mut self.c, &key).is_some() => {
+                // A gate a server could hold.
+                assert!(gate_fence(&mut self.c, &key) > Some(0), "{what}");
+            }
             (_, true) => {
                 // Whatever was accepted is a lock a server could hold.
                 assert_eq!(type_of(&mut self.c, &key), "redislock", "{what}");

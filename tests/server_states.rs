@@ -6,14 +6,12 @@
 //! ends with a correct answer, nothing is written while writes are paused, and master and
 //! replica agree.
 
-mod common;
-
 use std::io::Write;
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// What a waiter's `LOCK.ACQUIRE … BLOCK` answered: a grant, nil, or an error text.
 type Answer = Result<Option<(Vec<u8>, i64)>, String>;
