@@ -184,6 +184,21 @@ mod tests {
             LockRef::decode(1, 0, 5, &[1; 513]),
             Err(DecodeError::BadToken)
         );
+        assert_eq!(
+            LockRef::decode(1, 0, 5, &[1; 512]).map(|l| l.token().len()),
+            Ok(512)
+        );
+    }
+
+    #[test]
+    fn mode_codes_are_stored_and_do_not_change() {
+        // The code is written into every RDB record and DUMP payload.
+        assert_eq!(Mode::Exclusive.code(), 0);
+        assert_eq!(
+            Mode::from_code(Mode::Exclusive.code()),
+            Some(Mode::Exclusive)
+        );
+        assert_eq!(Mode::from_code(1), None);
     }
 
     #[test]
