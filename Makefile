@@ -62,8 +62,8 @@ bench: build
 
 # Long reliability runs (scripts/stress.sh): the torture test for minutes, the fuzz/
 # targets (random driver, and libFuzzer via cargo-fuzz), the command fuzzer with many
-# more cases, and an integration subset under valgrind; prints a summary at the end.
-# Under 20 minutes on 2 cores; loopback only.
+# more cases, an integration subset under valgrind, and cargo-mutants over the core's unit
+# tests; prints a summary at the end. About 35 minutes on 2 cores; loopback only.
 .PHONY: stress
 stress: build
 	scripts/stress.sh

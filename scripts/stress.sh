@@ -12,9 +12,12 @@
 #   4. valgrind    a subset of the integration suite against redis-server under valgrind
 #                  (STRESS_VALGRIND=0 skips it), then stress/valgrind-report.sh
 #   5. known bugs  the ignored tests of known module bugs, to see whether they still fail
+#   6. mutants     cargo-mutants over src/core against the unit tests (STRESS_MUTANTS=0 skips it):
+#                  every mutant must be caught, or be listed in .cargo/mutants.toml with a reason
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
-# found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores.
+# found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
+# about 20 for the mutants.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -31,6 +34,7 @@ FUZZ_SECS=${STRESS_FUZZ_SECS:-45}
 COMMAND_CASES=${STRESS_COMMAND_CASES:-100000}
 RESTORE_CASES=${STRESS_RESTORE_CASES:-200000}
 VALGRIND=${STRESS_VALGRIND:-1}
+MUTANTS=${STRESS_MUTANTS:-1}
 SEED=${STRESS_SEED:-$(date +%s)}
 
 declare -a summary=()
@@ -191,6 +195,34 @@ if grep -q "^test result" "$logs/known-bugs.log"; then
 else
     tail -5 "$logs/known-bugs.log"
     fail "known-bug tests did not run; see $logs/known-bugs.log"
+fi
+
+# 6. Mutants of the core -------------------------------------------------------------------
+if [ "$MUTANTS" != 0 ]; then
+    if ! cargo mutants --version >/dev/null 2>&1; then
+        note "installing cargo-mutants (cargo install cargo-mutants --locked)"
+        cargo install cargo-mutants --locked >"$logs/cargo-mutants-install.log" 2>&1 ||
+            echo "stress: could not install cargo-mutants; mutants skipped" >&2
+    fi
+    if cargo mutants --version >/dev/null 2>&1; then
+        note "mutants: src/core against the unit tests (the core builds without the module)"
+        t0=$(date +%s)
+        cargo mutants --no-default-features -f 'src/core/**' -j1 -o "$logs" -- --lib \
+            >"$logs/mutants.log" 2>&1
+        rc=$?
+        tail -1 "$logs/mutants.log"
+        out="$logs/mutants.out"
+        count() { [ -f "$out/$1.txt" ] && grep -c . "$out/$1.txt" || echo 0; }
+        line="$(count caught) caught, $(count missed) missed, $(count timeout) timed out, $(count unviable) unviable"
+        if [ $rc -eq 0 ]; then
+            result "mutants: $line [$(elapsed $t0)s]"
+        else
+            sed 's/^/  missed: /' "$out/missed.txt" 2>/dev/null | head -20
+            fail "mutants: $line; see $out/missed.txt"
+        fi
+    else
+        result "mutants: skipped (no cargo-mutants)"
+    fi
 fi
 
 note "stress summary ($(elapsed $start_all)s, seed $SEED, logs in $logs)"

@@ -196,9 +196,7 @@ fn tokens_never_appear_in_the_server_log() {
         "BLOCK",
         "5000",
     ]);
-    while info_some(&mut c, "log:a").waiters != 1 {
-        std::thread::sleep(std::time::Duration::from_millis(2));
-    }
+    wait_waiters(&mut c, "log:a", 1);
     assert_eq!(release(&mut c, "log:a", secret("holder").as_bytes()), 1);
     assert!(matches!(w.read().unwrap(), Resp::Array(_)));
     // Errors that echo arguments, a refused internal command, an ACL denial.

@@ -108,10 +108,12 @@ fn extend_and_regrant_push_the_handoff_back() {
     let s = Server::start();
     let mut c = s.conn();
     ok(&mut c, &rcmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0));
-    grant(&mut c, "ext", b"holder", 300);
+    grant(&mut c, "ext", b"holder", 60_000);
     let w = spawn_waiter(&s, "ext", "next", 60_000, 10_000);
     wait_waiters(&mut c, "ext", 1);
     let handoffs = stat(&s, "handoffs");
+    // The waiter is queued: a short lease arms the expiry timer, then a longer one follows.
+    shorten(&mut c, "ext", b"holder", 300);
     assert_eq!(extend_px(&mut c, "ext", b"holder", 60_000), 1);
     // Past the original expiry (and its timer) the holder still holds it and the waiter still
     // waits. Nothing to await here: the point is that nothing happens.
@@ -133,10 +135,11 @@ fn pexpire_lengthening_a_lock_with_waiters_defers_the_handoff() {
     let s = Server::start();
     let mut c = s.conn();
     ok(&mut c, &rcmd!("DEBUG", "SET-ACTIVE-EXPIRE", 0));
-    let (_, f0) = grant(&mut c, "pe", b"holder", 300);
+    let (_, f0) = grant(&mut c, "pe", b"holder", 60_000);
     let w = spawn_waiter(&s, "pe", "next", 60_000, 10_000);
     wait_waiters(&mut c, "pe", 1);
-    let old_expiry = pexpiretime(&mut c, "pe");
+    // The waiter is queued: a short lease arms the expiry timer.
+    let old_expiry = shorten(&mut c, "pe", b"holder", 300);
     let handoffs = stat(&s, "handoffs");
     assert_eq!(as_int(&ok(&mut c, &rcmd!("PEXPIRE", "pe", 60_000))), 1);
     // Past the old expiry: nothing to await, the point is that nothing happens.

@@ -601,7 +601,7 @@ fn waiters_that_die_mid_block_leave_the_queue() {
 
     // Waiters die around the holder's expiry, while the module's timer hands the lock on. A
     // doomed waiter may be served just before it dies: its short lease then passes it on.
-    let (_, f1) = grant(&mut c, key, b"short", 300);
+    let (_, f1) = grant(&mut c, key, b"short", 60_000);
     let mut queue: Vec<(String, RawConn, i64)> = (0..10)
         .map(|i| {
             let token = format!("x{i}");
@@ -615,6 +615,8 @@ fn waiters_that_die_mid_block_leave_the_queue() {
         .into_iter()
         .map(|(t, w, _)| (t, w))
         .collect();
+    // Everyone is queued: now the holder's lease ends in 300 ms, while they die.
+    assert_eq!(extend_px(&mut c, key, b"short", 300), 1);
     for (i, (_, w, id)) in queue.into_iter().enumerate() {
         if i % 2 == 0 {
             assert_eq!(as_int(&ok(&mut c, &rcmd!("CLIENT", "KILL", "ID", id))), 1);

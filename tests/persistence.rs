@@ -2,9 +2,6 @@
 //! RDB, AOF (with and without rewrite / RDB preamble), key-level commands (DUMP/RESTORE, COPY,
 //! RENAME, MOVE, MEMORY USAGE).
 
-use std::thread;
-use std::time::Duration;
-
 use crate::common::*;
 use redis::{Connection, Value};
 
@@ -77,10 +74,10 @@ fn populate(con: &mut Connection) -> Scenario {
     max_fence = max_fence.max(f);
     assert_eq!(release(con, "last-released", b"z"), 1);
 
-    thread::sleep(Duration::from_millis(250));
+    sleep_past_expiry(con, "short");
     assert!(
         !exists(con, "short"),
-        "PX 150 lock should be gone after 250 ms"
+        "PX 150 lock should be gone after its expiry"
     );
     Scenario {
         held: hs,
@@ -625,7 +622,7 @@ fn expired_lock_is_gone_after_restart() {
     let (_, f) = grant(&mut c, "short", b"s", 200);
     grant(&mut c, "long", b"l", 60_000);
     ok(&mut c, &rcmd!("SAVE"));
-    thread::sleep(Duration::from_millis(300));
+    sleep_past_expiry(&mut c, "short");
     s.kill9_and_restart();
     let mut c = s.conn();
     assert_eq!(info(&mut c, "short"), None);

@@ -2,7 +2,6 @@
 //! replicas mirror token, fence and absolute expiry; writes on a replica are refused; a promoted
 //! replica issues fences above everything its old master issued.
 
-use std::thread;
 use std::time::Duration;
 
 use crate::common::*;
@@ -86,7 +85,6 @@ fn replica_mirrors_every_change() {
     assert_same_lock(&mut mc, &mut rc, "a", "after refused acquire");
 
     // Re-grant with a new TTL.
-    thread::sleep(Duration::from_millis(20));
     assert_eq!(
         grant(&mut mc, "a", b"owner-a", 90_000),
         (b"owner-a".to_vec(), fa)
@@ -131,7 +129,7 @@ fn replica_mirrors_every_change() {
     assert_eq!(as_int(&ok(&mut mc, &rcmd!("DEL", "b"))), 1);
     grant(&mut mc, "short", b"s", 150);
     wait_replicas(&mut mc, 1);
-    thread::sleep(Duration::from_millis(300));
+    sleep_past_expiry(&mut mc, "short");
     assert_eq!(info(&mut mc, "short"), None);
     wait_replicas(&mut mc, 1);
     assert_same_lock(&mut mc, &mut rc, "b", "after DEL");
@@ -465,14 +463,11 @@ fn the_promotion_epoch_survives_a_restart_from_the_aof() {
     r.wait_info("replication", "role", "master");
     r.wait_aof_rewrite_done();
     // The epoch record is written from a timer just after the promotion.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !aof_text(&r).contains("LOCK._EPOCH") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no epoch record in the AOF"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+    wait_until(
+        "an epoch record in the AOF",
+        Duration::from_secs(10),
+        || aof_text(&r).contains("LOCK._EPOCH"),
+    );
     drop(rc);
     r.kill9_and_restart();
     let mut fm = 0;

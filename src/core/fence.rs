@@ -272,6 +272,16 @@ mod tests {
     }
 
     #[test]
+    fn the_layout_of_a_fence() {
+        assert_eq!(EPOCH_SHIFT, 51);
+        assert_eq!(MAX_EPOCH, 4095);
+        assert_eq!(
+            MAX_EPOCH << EPOCH_SHIFT | ((1 << EPOCH_SHIFT) - 1),
+            MAX_FENCE
+        );
+    }
+
+    #[test]
     fn validity() {
         assert!(!is_valid(0));
         assert!(is_valid(1));

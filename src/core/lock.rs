@@ -227,12 +227,30 @@ mod tests {
             LockRef::decode(1, 0, 5, &[1; 513]),
             Err(DecodeError::BadToken)
         );
+        assert_eq!(
+            LockRef::decode(1, 0, 5, &[1; 512]).map(|l| l.token().len()),
+            Ok(512)
+        );
+    }
+
+    #[test]
+    fn mode_codes_are_stored_and_do_not_change() {
+        // The code is written into every RDB record and DUMP payload.
+        assert_eq!(Mode::Exclusive.code(), 0);
+        assert_eq!(
+            Mode::from_code(Mode::Exclusive.code()),
+            Some(Mode::Exclusive)
+        );
+        assert_eq!(Mode::from_code(1), Some(Mode::Gate));
+        assert_eq!(Mode::from_code(2), None);
     }
 
     #[test]
     fn gates_are_records_without_a_token() {
         let g = LockRef::gate(42);
         assert_eq!((g.mode(), g.fence(), g.is_gate()), (Mode::Gate, 42, true));
+        assert_eq!((Mode::Exclusive.code(), Mode::Gate.code()), (0, 1));
+        assert_eq!(Mode::from_code(1), Some(Mode::Gate));
         assert!(!LockRef::new(b"t", 1).is_gate());
         assert_eq!(LockRef::decode(1, 1, 42, b""), Ok(g));
         assert_eq!(LockRef::decode(1, 1, 42, b"t"), Err(DecodeError::BadToken));

@@ -193,6 +193,7 @@ mod tests {
             w.enqueue(id, "lock", who);
         }
         w.enqueue(9, "other", "z");
+        assert!(!w.is_empty());
         assert_eq!(w.count(&"lock"), 3);
         assert_eq!(w.total(), 4);
         assert_eq!(w.head(&"lock"), Some((1, &"a")));
