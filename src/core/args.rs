@@ -355,6 +355,17 @@ mod tests {
             assert_eq!(parse_fence(&f), Err(LockError::InvalidFence), "{bad}");
         }
         assert_eq!(parse_gate_apply(&argv("lock._gate g 9")), Ok(9));
+        // The shortest calls: a command without arguments.
+        assert!(parse_call(&argv("lock.call k tok PING")).is_ok());
+        assert!(parse_fence(&argv("lock.fence g 1 PING")).is_ok());
+        assert_eq!(
+            parse_fence(&argv("lock.fence g 1")),
+            Err(LockError::Arity("lock.fence"))
+        );
+        assert_eq!(
+            parse_fence(&argv("lock.fence g")),
+            Err(LockError::Arity("lock.fence"))
+        );
     }
 
     #[test]
