@@ -113,6 +113,7 @@ mod tests {
         s.set("a", 10);
         s.set("b", 20);
         s.set("late", i64::MAX);
+        assert_eq!((s.len(), s.is_empty()), (4, false));
         assert_eq!(s.earliest(), Some(10));
         assert_eq!(s.pop_due(9), Vec::<&str>::new());
         assert_eq!(s.pop_due(20), vec!["a", "b"]);
