@@ -227,6 +227,7 @@ mod tests {
         w.enqueue(3, "other", "c");
         assert_eq!(w.refuse_all(&"lock", Refusal::SlotMoved), vec![1, 2]);
         assert_eq!(w.count(&"lock"), 0);
+        assert_eq!(w.total(), 1);
         assert_eq!(w.count(&"other"), 1);
         assert_eq!(w.get(2).unwrap().stage, Stage::Refused(Refusal::SlotMoved));
         assert_eq!(
