@@ -5,7 +5,6 @@
 
 use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -40,30 +39,19 @@ fn wait_client_gone(con: &mut redis::Connection, id: i64) {
     ping(con);
 }
 
-/// A waiter for `key`; its grant (or nil) arrives on the channel once it is queued.
-fn queue_waiter(s: &Server, key: &str, token: &str) -> mpsc::Receiver<Option<(Vec<u8>, i64)>> {
-    let mut con = s.conn();
-    let (tx, rx) = mpsc::channel();
-    let (k, t) = (key.to_string(), token.to_string());
+/// A waiter for `key` (the harness's), returned once the server counts it among the waiters.
+fn queue_waiter(s: &Server, key: &str, token: &str) -> Waiter {
     let before = info(&mut s.conn(), key).map_or(0, |i| i.waiters);
-    thread::spawn(move || {
-        let v = ok(
-            &mut con,
-            &rcmd!("LOCK.ACQUIRE", &k, &t, "PX", 60_000, "BLOCK", 10_000),
-        );
-        let _ = tx.send(parse_grant(&v));
-    });
+    let waiter = spawn_waiter(s, key, token, 60_000, 10_000);
     wait_waiters(&mut s.conn(), key, before + 1);
-    rx
+    waiter
 }
 
 /// The waiter is granted promptly: well within the holder's minute-long lease.
 #[track_caller]
-fn granted_promptly(rx: &mpsc::Receiver<Option<(Vec<u8>, i64)>>, token: &str, since: Instant) {
-    let got = rx
-        .recv_timeout(Duration::from_secs(5) * time_scale())
-        .expect("the waiter was never answered");
-    assert_eq!(got.map(|(t, _)| t), Some(token.as_bytes().to_vec()));
+fn granted_promptly(w: &Waiter, token: &str, since: Instant) {
+    let (t, _) = w.granted();
+    assert_eq!(t, token.as_bytes());
     assert!(
         since.elapsed() < Duration::from_secs(2) * time_scale(),
         "granted only after {:?}",
@@ -204,17 +192,6 @@ fn a_waiter_granted_with_ephemeral_is_bound_to_its_own_connection() {
     assert_eq!(client_of(&mut c, "k"), 0);
 }
 
-fn aof_text(server: &Server) -> String {
-    let mut text = String::new();
-    for entry in std::fs::read_dir(server.dir().join("appendonlydir")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.to_string_lossy().ends_with(".incr.aof") {
-            text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
-        }
-    }
-    text
-}
-
 #[test]
 fn replicas_and_the_aof_see_a_plain_release() {
     let m = Server::builder()
@@ -240,7 +217,7 @@ fn replicas_and_the_aof_see_a_plain_release() {
     }
     wait_replica_caught_up(&m, &r);
     assert!(!exists(&mut r.conn(), "eph"));
-    let aof = aof_text(&m);
+    let aof = m.aof_text();
     let released = aof.rfind("DEL").expect("a DEL in the AOF");
     assert!(released > aof.rfind("LOCK._APPLY").unwrap());
     assert_eq!(

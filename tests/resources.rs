@@ -5,17 +5,9 @@
 
 use std::io::Write;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::*;
-
-fn redislock_info(server: &Server, name: &str) -> i64 {
-    server
-        .info_field("redislock", &format!("redislock_{name}"))
-        .unwrap_or_else(|| panic!("INFO redislock has no {name}"))
-        .parse()
-        .unwrap()
-}
 
 fn used_memory(server: &Server) -> i64 {
     server
@@ -26,19 +18,12 @@ fn used_memory(server: &Server) -> i64 {
 }
 
 #[track_caller]
-fn wait_redislock_info(server: &Server, name: &str, want: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5) * time_scale();
-    loop {
-        let got = redislock_info(server, name);
-        if got == want {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} is {got}, expected {want}"
-        );
-        thread::sleep(Duration::from_millis(5));
-    }
+fn wait_stat(server: &Server, name: &str, want: i64) {
+    wait_until(
+        &format!("redislock_{name} = {want}"),
+        Duration::from_secs(5),
+        || stat(server, name) == want,
+    );
 }
 
 /// Sends `commands` in one write and reads every reply.
@@ -99,12 +84,8 @@ fn shortening_extends_with_a_waiter_keep_one_job_for_the_lock() {
         grown < 2 << 20,
         "20,000 extends grew used_memory by {grown} bytes"
     );
-    assert_eq!(
-        redislock_info(&s, "scheduled_jobs"),
-        1,
-        "one job for the lock"
-    );
-    assert_eq!(redislock_info(&s, "timers"), 1);
+    assert_eq!(stat(&s, "scheduled_jobs"), 1, "one job for the lock");
+    assert_eq!(stat(&s, "timers"), 1);
     // Released: the waiter gets it, and nothing is left pending once it is gone too.
     assert_eq!(release(&mut c, &key, b"holder"), 1);
     match waiter.read().expect("grant") {
@@ -113,8 +94,8 @@ fn shortening_extends_with_a_waiter_keep_one_job_for_the_lock() {
     }
     assert_eq!(release(&mut c, &key, b"waiter"), 1);
     ok(&mut c, &rcmd!("DEL", &key));
-    wait_redislock_info(&s, "scheduled_jobs", 0);
-    wait_redislock_info(&s, "timers", 0);
+    wait_stat(&s, "scheduled_jobs", 0);
+    wait_stat(&s, "timers", 0);
     assert!(used_memory(&s) - before < 2 << 20);
 }
 
@@ -141,14 +122,14 @@ fn waiters_that_leave_take_their_deadlines_with_them() {
         .collect();
     wait_waiters(&mut c, "k", n);
     // One job per waiter (its deadline) and one for the lock.
-    assert_eq!(redislock_info(&s, "scheduled_jobs"), n + 1);
-    assert_eq!(redislock_info(&s, "timers"), 1);
+    assert_eq!(stat(&s, "scheduled_jobs"), n + 1);
+    assert_eq!(stat(&s, "timers"), 1);
     for w in waiters {
         w.close();
     }
     wait_waiters(&mut c, "k", 0);
-    wait_redislock_info(&s, "scheduled_jobs", 0);
-    wait_redislock_info(&s, "timers", 0);
+    wait_stat(&s, "scheduled_jobs", 0);
+    wait_stat(&s, "timers", 0);
     ping(&mut c);
 }
 
@@ -177,6 +158,6 @@ fn many_waiters_timing_out_together_are_answered_together() {
         assert_eq!(w.read().expect("nil"), Resp::Nil);
     }
     assert_eq!(info_some(&mut c, "k").waiters, 0);
-    wait_redislock_info(&s, "scheduled_jobs", 0);
+    wait_stat(&s, "scheduled_jobs", 0);
     ping(&mut c);
 }

@@ -7,51 +7,31 @@
 //! replica agree.
 
 use std::io::Write;
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// What a waiter's `LOCK.ACQUIRE … BLOCK` answered: a grant, nil, or an error text.
-type Answer = Result<Option<(Vec<u8>, i64)>, String>;
-
-/// Starts a client that waits for `key` with `token`; its answer arrives on the channel. Returns
-/// once the server counts it among the key's waiters.
-fn queue_waiter(
-    server: &Server,
-    key: &str,
-    token: &str,
-    px: i64,
-    block_ms: i64,
-) -> mpsc::Receiver<Answer> {
-    let mut con = server.conn();
+/// Starts a client that waits for `key` with `token` (the harness's waiter); returns once the
+/// server counts it among the key's waiters.
+fn queue_waiter(server: &Server, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
     let before = info(&mut server.conn(), key).map_or(0, |i| i.waiters);
-    let (tx, rx) = mpsc::channel();
-    let (k, t) = (key.to_string(), token.to_string());
-    thread::spawn(move || {
-        let r = run(
-            &mut con,
-            &rcmd!("LOCK.ACQUIRE", &k, &t, "PX", px, "BLOCK", block_ms),
-        );
-        let _ = tx.send(match r {
-            Ok(v) => Ok(parse_grant(&v)),
-            Err(e) => Err(err_text(&e)),
-        });
-    });
+    let waiter = spawn_waiter(server, key, token, px, block_ms);
     wait_waiters(&mut server.conn(), key, before + 1);
-    rx
+    waiter
 }
 
 #[track_caller]
-fn answer_within(rx: &mpsc::Receiver<Answer>, within: Duration) -> Answer {
-    rx.recv_timeout(within * time_scale())
+fn answer_within(w: &Waiter, within: Duration) -> WaitReply {
+    w.recv_within(within)
         .expect("the waiter was never answered")
 }
 
+/// Nothing arrives during `window` (a window the test derives from the server's own state, so
+/// it is not scaled with `time_scale()`).
 #[track_caller]
-fn no_answer_for(rx: &mpsc::Receiver<Answer>, window: Duration, why: &str) {
-    if let Ok(a) = rx.recv_timeout(window) {
+fn no_answer_for(w: &Waiter, window: Duration, why: &str) {
+    if let Some(a) = w.recv_within(window / time_scale()) {
         panic!("{why}: the waiter was answered {a:?}");
     }
 }
@@ -86,14 +66,10 @@ fn assert_alive(server: &Server) {
 }
 
 #[track_caller]
-fn assert_granted(a: &Answer, token: &str) -> i64 {
-    match a {
-        Ok(Some((t, fence))) => {
-            assert_eq!(t, token.as_bytes());
-            *fence
-        }
-        other => panic!("expected a grant to {token}, got {other:?}"),
-    }
+fn assert_granted(a: &WaitReply, token: &str) -> i64 {
+    let (t, fence) = a.granted();
+    assert_eq!(t, token.as_bytes(), "granted to the wrong token");
+    fence
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -152,38 +128,31 @@ fn paused_handoff(trigger: Trigger, pause: &str, aof: bool) {
     assert_eq!(info_some(&mut r.conn(), "k").fence, fence, "{what}");
 }
 
+/// Every kind of client pause, with and without AOF.
+const PAUSES: [(&str, bool); 4] = [
+    ("WRITE", true),
+    ("ALL", false),
+    ("WRITE", false),
+    ("ALL", true),
+];
+
 #[test]
 fn expiry_handoff_waits_for_a_client_pause() {
-    for (pause, aof) in [
-        ("WRITE", true),
-        ("ALL", false),
-        ("WRITE", false),
-        ("ALL", true),
-    ] {
+    for (pause, aof) in PAUSES {
         paused_handoff(Trigger::Expiry, pause, aof);
     }
 }
 
 #[test]
 fn handoff_after_del_waits_for_a_client_pause() {
-    for (pause, aof) in [
-        ("WRITE", true),
-        ("ALL", false),
-        ("WRITE", false),
-        ("ALL", true),
-    ] {
+    for (pause, aof) in PAUSES {
         paused_handoff(Trigger::Del, pause, aof);
     }
 }
 
 #[test]
 fn handoff_after_flushall_waits_for_a_client_pause() {
-    for (pause, aof) in [
-        ("WRITE", true),
-        ("ALL", false),
-        ("WRITE", false),
-        ("ALL", true),
-    ] {
+    for (pause, aof) in PAUSES {
         paused_handoff(Trigger::Flushall, pause, aof);
     }
 }
@@ -237,7 +206,7 @@ fn failover_while_a_contended_lock_expires() {
     m.wait_info("replication", "role", "slave");
     m.wait_info("replication", "master_link_status", "up");
     // The old master ends the wait without a grant: Redis's UNBLOCKED or the module's READONLY.
-    match answer_within(&rx, Duration::from_secs(5)) {
+    match answer_within(&rx, Duration::from_secs(5)).reply {
         Err(e) => assert!(
             e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
             "waiter answered {e}"
@@ -276,9 +245,8 @@ fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
     assert!(log.contains("ready to exit"), "{}", m.log_tail(30));
     // The waiter was granted nothing (no write was made during the pause): its connection
     // closed with the server.
-    match answer_within(&rx, Duration::from_secs(5)) {
-        Err(_) | Ok(None) => {}
-        Ok(Some(g)) => panic!("granted {g:?} during a shutdown pause"),
+    if let Ok(g @ redis::Value::Array(_)) = answer_within(&rx, Duration::from_secs(5)).reply {
+        panic!("granted {g:?} during a shutdown pause");
     }
     assert_alive(&r);
     // The replica received the holder's grant and nothing else.
@@ -304,7 +272,7 @@ fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
             &["REPLICAOF", "127.0.0.1", &other.port().to_string()],
         ],
     );
-    match answer_within(&rx, Duration::from_secs(5)) {
+    match answer_within(&rx, Duration::from_secs(5)).reply {
         Err(e) => assert!(
             e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
             "{e}"
@@ -378,18 +346,6 @@ fn unmet_min_replicas_hold_back_the_handoff() {
     assert_alive(&m);
 }
 
-fn aof_text(server: &Server) -> String {
-    let dir = server.dir().join("appendonlydir");
-    let mut text = String::new();
-    for entry in std::fs::read_dir(dir).expect("appendonlydir") {
-        let path = entry.unwrap().path();
-        if path.to_string_lossy().ends_with(".incr.aof") {
-            text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
-        }
-    }
-    text
-}
-
 #[test]
 fn a_promotion_during_a_pause_records_its_epoch_after_it() {
     let m = Server::start();
@@ -405,13 +361,13 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
     // The epoch record is a write: nothing reaches the AOF while writes are paused.
     thread::sleep(Duration::from_millis(200));
     assert!(
-        !aof_text(&r).contains("LOCK._EPOCH"),
+        !r.aof_text().contains("LOCK._EPOCH"),
         "epoch written while paused"
     );
     assert_alive(&r);
     ok(&mut rc, &rcmd!("CLIENT", "UNPAUSE"));
     let deadline = Instant::now() + Duration::from_secs(5) * time_scale();
-    while !aof_text(&r).contains("LOCK._EPOCH") {
+    while !r.aof_text().contains("LOCK._EPOCH") {
         assert!(Instant::now() < deadline, "epoch never recorded in the AOF");
         thread::sleep(Duration::from_millis(10));
     }
@@ -421,4 +377,66 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
         "a promoted master grants from a new epoch: {fence}"
     );
     assert_alive(&r);
+}
+
+/// Waits until the server has closed connection `id`.
+fn wait_client_gone(server: &Server, id: i64) {
+    let mut c = server.conn();
+    wait_until(
+        &format!("connection {id} closed"),
+        Duration::from_secs(5),
+        || as_bytes(&ok(&mut c, &rcmd!("CLIENT", "LIST", "ID", id))).is_empty(),
+    );
+}
+
+#[test]
+fn an_ephemeral_release_waits_for_a_client_pause() {
+    let m = Server::builder()
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    let mut holder = RawConn::connect(&m);
+    let id = holder.client_id();
+    holder.call(&["LOCK.ACQUIRE", "k", "holder", "PX", "60000", "EPHEMERAL"]);
+    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    ok(&mut c, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
+    holder.close();
+    wait_client_gone(&m, id);
+    // The release is a write: while writes are paused the hold stays, and nobody is granted.
+    no_answer_for(
+        &rx,
+        Duration::from_millis(300),
+        "EPHEMERAL release during a pause",
+    );
+    assert_eq!(info_some(&mut c, "k").token, b"holder".to_vec());
+    assert_alive(&m);
+    ok(&mut c, &rcmd!("CLIENT", "UNPAUSE"));
+    assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    assert_alive(&m);
+    wait_replica_caught_up(&m, &r);
+    assert_eq!(digest(&m), digest(&r));
+}
+
+#[test]
+fn a_demoted_server_releases_nothing_when_an_ephemeral_holder_leaves() {
+    let m = Server::start();
+    let other = Server::start();
+    let mut holder = RawConn::connect(&m);
+    let id = holder.client_id();
+    holder.call(&["LOCK.ACQUIRE", "k", "holder", "PX", "60000", "EPHEMERAL"]);
+    let mut c = m.conn();
+    ok(
+        &mut c,
+        &rcmd!("REPLICAOF", "127.0.0.1", other.port().to_string()),
+    );
+    m.wait_info("replication", "master_link_status", "up");
+    holder.close();
+    wait_client_gone(&m, id);
+    // A replica writes only what its master sends: the leaving holder changes nothing.
+    ping(&mut c);
+    assert_eq!(stat(&m, "ephemeral_holds"), 0);
+    assert_alive(&m);
+    assert_eq!(digest(&m), digest(&other));
 }

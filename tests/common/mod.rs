@@ -381,6 +381,18 @@ impl Server {
         self.restart(Stop::Kill);
     }
 
+    /// What the server appended to its AOF since the last rewrite (the `.incr.aof` files).
+    pub fn aof_text(&self) -> String {
+        let mut text = String::new();
+        for entry in std::fs::read_dir(self.dir.join("appendonlydir")).expect("appendonlydir") {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().ends_with(".incr.aof") {
+                text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
+            }
+        }
+        text
+    }
+
     /// The server's process id, while it runs.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
