@@ -23,22 +23,6 @@ fn client_of(con: &mut redis::Connection, key: &str) -> i64 {
         .expect("LOCK.INFO has a client field")
 }
 
-/// Waits until the server has closed connection `id`, then for two more round trips, so that
-/// work it scheduled on the disconnect (a release in the next event-loop pass) has run.
-fn wait_client_gone(con: &mut redis::Connection, id: i64) {
-    let deadline = Instant::now() + Duration::from_secs(5) * time_scale();
-    loop {
-        let list = as_bytes(&ok(con, &rcmd!("CLIENT", "LIST", "ID", id)));
-        if list.is_empty() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "connection {id} still open");
-        thread::sleep(Duration::from_millis(2));
-    }
-    ping(con);
-    ping(con);
-}
-
 /// A waiter for `key` (the harness's), returned once the server counts it among the waiters.
 fn queue_waiter(s: &Server, key: &str, token: &str) -> Waiter {
     let before = info(&mut s.conn(), key).map_or(0, |i| i.waiters);

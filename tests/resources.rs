@@ -29,15 +29,7 @@ fn wait_stat(server: &Server, name: &str, want: i64) {
 /// Sends `commands` in one write and reads every reply.
 fn pipeline(server: &Server, commands: &[Vec<Vec<u8>>]) -> Vec<Resp> {
     let mut con = RawConn::connect(server);
-    let mut buf = Vec::new();
-    for args in commands {
-        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in args {
-            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            buf.extend_from_slice(a);
-            buf.extend_from_slice(b"\r\n");
-        }
-    }
+    let buf = resp_commands(commands);
     let writer = con.stream().try_clone().unwrap();
     let sender = thread::spawn(move || (&writer).write_all(&buf).expect("write"));
     let replies = (0..commands.len())

@@ -39,14 +39,9 @@ fn no_answer_for(w: &Waiter, window: Duration, why: &str) {
 /// Sends several commands in one write, so the server reads them in one pass.
 fn pipeline(server: &Server, commands: &[&[&str]]) -> RawConn {
     let con = RawConn::connect(server);
-    let mut buf = Vec::new();
-    for args in commands {
-        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
-        for a in *args {
-            buf.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-        }
-    }
-    con.stream().write_all(&buf).expect("write");
+    con.stream()
+        .write_all(&resp_commands(commands))
+        .expect("write");
     con
 }
 
@@ -379,16 +374,6 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
     assert_alive(&r);
 }
 
-/// Waits until the server has closed connection `id`.
-fn wait_client_gone(server: &Server, id: i64) {
-    let mut c = server.conn();
-    wait_until(
-        &format!("connection {id} closed"),
-        Duration::from_secs(5),
-        || as_bytes(&ok(&mut c, &rcmd!("CLIENT", "LIST", "ID", id))).is_empty(),
-    );
-}
-
 #[test]
 fn an_ephemeral_release_waits_for_a_client_pause() {
     let m = Server::builder()
@@ -403,7 +388,7 @@ fn an_ephemeral_release_waits_for_a_client_pause() {
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
     ok(&mut c, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
     holder.close();
-    wait_client_gone(&m, id);
+    wait_client_gone(&mut m.conn(), id);
     // The release is a write: while writes are paused the hold stays, and nobody is granted.
     no_answer_for(
         &rx,
@@ -433,7 +418,7 @@ fn a_demoted_server_releases_nothing_when_an_ephemeral_holder_leaves() {
     );
     m.wait_info("replication", "master_link_status", "up");
     holder.close();
-    wait_client_gone(&m, id);
+    wait_client_gone(&mut m.conn(), id);
     // A replica writes only what its master sends: the leaving holder changes nothing.
     ping(&mut c);
     assert_eq!(stat(&m, "ephemeral_holds"), 0);

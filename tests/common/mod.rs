@@ -1093,16 +1093,9 @@ impl RawConn {
     /// Sends one command (an array of bulk strings) without reading the reply.
     pub fn send<A: AsRef<[u8]>>(&mut self, args: &[A]) {
         use std::io::Write;
-        let mut buf = format!("*{}\r\n", args.len()).into_bytes();
-        for a in args {
-            let a = a.as_ref();
-            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-            buf.extend_from_slice(a);
-            buf.extend_from_slice(b"\r\n");
-        }
         self.reader
             .get_mut()
-            .write_all(&buf)
+            .write_all(&resp_commands(&[args]))
             .expect("write to server");
     }
 
@@ -1130,6 +1123,36 @@ impl RawConn {
     pub fn close(self) {
         let _ = self.stream().shutdown(std::net::Shutdown::Both);
     }
+}
+
+/// Several commands encoded as RESP arrays of bulk strings, to be sent in one write so that the
+/// server reads them in one pass.
+pub fn resp_commands<C: AsRef<[A]>, A: AsRef<[u8]>>(commands: &[C]) -> Vec<u8> {
+    let mut buf = Vec::new();
+    for args in commands {
+        let args = args.as_ref();
+        buf.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+        for a in args {
+            let a = a.as_ref();
+            buf.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+            buf.extend_from_slice(a);
+            buf.extend_from_slice(b"\r\n");
+        }
+    }
+    buf
+}
+
+/// Waits until the server has closed connection `id`, then for two more round trips, so that
+/// work it scheduled on the disconnect (in the next event-loop pass) has run.
+#[track_caller]
+pub fn wait_client_gone(con: &mut Connection, id: i64) {
+    wait_until(
+        &format!("connection {id} closed"),
+        Duration::from_secs(5),
+        || as_bytes(&ok(con, &rcmd!("CLIENT", "LIST", "ID", id))).is_empty(),
+    );
+    ping(con);
+    ping(con);
 }
 
 fn read_line(r: &mut dyn std::io::BufRead) -> Result<Vec<u8>, String> {
