@@ -260,6 +260,7 @@ fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
     let mut c = m.conn();
     grant(&mut c, "k", b"holder", 60_000);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
+    let lease_end = now_ms() + 200;
     let _pipe = pipeline(
         &m,
         &[
@@ -276,7 +277,7 @@ fn demotion_answers_waiters_and_the_expiry_writes_nothing() {
     }
     m.wait_info("replication", "master_link_status", "up");
     // Past the old lease: a replica grants nothing on its own.
-    thread::sleep(Duration::from_millis(300));
+    sleep_until_wall_ms(lease_end + 100);
     assert_alive(&m);
     assert!(!exists(&mut c, "k"));
     assert_eq!(digest(&m), digest(&other));
@@ -353,8 +354,18 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
     ok(&mut rc, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
     ok(&mut rc, &rcmd!("REPLICAOF", "NO", "ONE"));
     r.wait_info("replication", "role", "master");
-    // The epoch record is a write: nothing reaches the AOF while writes are paused.
-    thread::sleep(Duration::from_millis(200));
+    // The epoch record is a write: it stays pending while writes are paused (the scheduler
+    // holds it and retries), and two more round trips give it every chance to run.
+    wait_until("the epoch record pending", Duration::from_secs(5), || {
+        stat(&r, "scheduled_jobs") == 1
+    });
+    ping(&mut rc);
+    ping(&mut rc);
+    assert_eq!(
+        stat(&r, "scheduled_jobs"),
+        1,
+        "the epoch record ran during the pause"
+    );
     assert!(
         !r.aof_text().contains("LOCK._EPOCH"),
         "epoch written while paused"
