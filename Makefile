@@ -53,9 +53,10 @@ lint:
 clean:
 	$(CARGO) clean
 
-# Benchmarks: native LOCK.* vs SET NX PX + Lua, on throw-away servers started
+# Benchmarks: native LOCK.* vs SET NX PX + Lua (and shared locks and
+# semaphores vs Lua on a hash and a sorted set), on throw-away servers started
 # by the script (loopback, free ports). Writes bench/results.md and
-# bench/results-raw.txt; about 4 minutes, best on an otherwise idle machine.
+# bench/results-raw.txt; about 6 minutes, best on an otherwise idle machine.
 .PHONY: bench
 bench: build
 	bench/run.sh

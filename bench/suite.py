@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """redislock benchmark suite: native LOCK.* commands vs the classic
-SET NX PX + Lua pattern. Started by bench/run.sh, which owns the two
-redis-server processes (one with the module, one without) and cleans them up.
+SET NX PX + Lua pattern, and for shared locks and semaphores vs the classic
+Lua scripts on a hash and a sorted set. Started by bench/run.sh, which owns
+the two redis-server processes (one with the module, one without) and cleans
+them up.
 
 Throughput pairs run `redis-benchmark -c 50 -P 16` so the server is the
 bottleneck, alternating sides (native, classic, native, classic, ...), and
-report median and min-max ops/s. Both sides of pairs 1-5 run on the server
-with the module; pair 6 compares that server with the plain one.
+report median and min-max ops/s. Both sides of pairs 1-5 and 9-13 run on the
+server with the module; pair 6 compares that server with the plain one.
+Pairs 10-12 (acquire+release of shared locks and semaphores), which
+redis-benchmark cannot drive, time the delivery of pre-built pairs through
+`redis-cli --pipe` instead (bench/pipeline.py; see the comment above
+Suite.load).
 
 Knobs (environment): BENCH_REPS (default 5), BENCH_SCALE (multiplies every
 request count and the lock-set size; 0.2 for a quick check),
@@ -18,7 +24,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -27,8 +32,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from resp import Redis, RespError  # noqa: E402
+from resp import Redis, encode  # noqa: E402
 import contention  # noqa: E402
+import pipeline  # noqa: E402
+from pipeline import Slot, template  # noqa: E402
 
 RELEASE_LUA = (
     "if redis.call('get',KEYS[1]) == ARGV[1] then "
@@ -42,6 +49,39 @@ EXTEND_LUA = (
 GUARD_LUA = (
     "if redis.call('get',KEYS[1]) == ARGV[1] then "
     "return redis.call('set',KEYS[2],ARGV[2]) else return false end"
+)
+
+# The classic counted semaphore on a sorted set (the well-known fair-semaphore
+# recipe: score = acquisition time): drop holders older than the timeout, add
+# this one, and keep it only if its rank is within the limit. Release = ZREM.
+# ARGV: token, now (ms, client clock), timeout (ms), limit.
+SEM_LUA = (
+    "local now = tonumber(ARGV[2]) "
+    "redis.call('zremrangebyscore', KEYS[1], '-inf', now - tonumber(ARGV[3])) "
+    "redis.call('zadd', KEYS[1], now, ARGV[1]) "
+    "if redis.call('zrank', KEYS[1], ARGV[1]) < tonumber(ARGV[4]) then return 1 end "
+    "redis.call('zrem', KEYS[1], ARGV[1]) "
+    "return false"
+)
+# The classic read lock on a hash, Redisson's layout: field `mode` ('read' or
+# 'write') and one counter field per reading token, one TTL for the key.
+# ARGV: token, ttl (ms).
+RLOCK_ACQUIRE_LUA = (
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if mode == false or mode == 'read' then "
+    "redis.call('hset', KEYS[1], 'mode', 'read') "
+    "redis.call('hincrby', KEYS[1], ARGV[1], 1) "
+    "redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "return 1 end "
+    "return false"
+)
+RLOCK_RELEASE_LUA = (
+    "local n = redis.call('hincrby', KEYS[1], ARGV[1], -1) "
+    "if n > 0 then return 1 end "
+    "redis.call('hdel', KEYS[1], ARGV[1]) "
+    "if redis.call('hlen', KEYS[1]) == 1 then redis.call('del', KEYS[1]) end "
+    "if n == 0 then return 1 end "
+    "return 0"
 )
 
 REPS = int(os.environ.get("BENCH_REPS", "5"))
@@ -66,6 +106,29 @@ PREFILL_PX = 3_600_000  # the snapshot's locks outlive the whole suite
 RUN_S = max(0.2, 2.2 * SCALE)
 PROBE_N = max(20_000, int(150_000 * min(1.0, SCALE * 2)))
 N_RELEASE = int(600_000 * SCALE)  # 40% of LOCKS: ~82% of releases match
+# Shared locks and semaphores (pairs 10-13). Pairs 10 and 11: HOLD_KEYS keys,
+# each prefilled with HOLD_PREFILL holders (semaphores with LIMIT SEM_LIMIT)
+# that stay for the whole run; pair 12: one key with BIG_HOLDERS holders
+# against one with HOLD_PREFILL. Pair 13: memory for MEM_HOLDERS holders.
+HOLD_KEYS = 100
+HOLD_PREFILL = 10
+SEM_LIMIT = 100
+BIG_HOLDERS = 10_000
+BIG_LIMIT = 100_000
+MEM_HOLDERS = 10_000
+HOLD_PX = 60_000
+# Pairs 10-12 (pipeline.py): each run's pairs are built beforehand and
+# delivered by PROCS `redis-cli --pipe` processes at once, each on its own
+# share of the keys.
+PROCS = 4
+# Server counters that show every native acquire granted and every release
+# matched: (INFO redislock counter, per pair).
+NATIVE_VERIFY = [("mod", "grants", 1), ("mod", "refused", 0), ("mod", "releases", 1),
+                 ("mod", "releases_not_owner", 0)]
+# The driver's commands are templates with fixed-size slots: keys of pairs
+# 10-12 are key:%03d / sem:big / sem:sml, tokens holder-%015d.
+KEY_LEN = 7
+TOKEN_LEN = 22
 # A run during which the server was on a CPU less than this share of the time
 # was disturbed by other load on the machine: it is rerun once (logged).
 DISTURBED = 0.85
@@ -97,6 +160,11 @@ class Suite:
         self.rel_sha = self.n.call("SCRIPT", "LOAD", RELEASE_LUA).decode()
         self.ext_sha = self.n.call("SCRIPT", "LOAD", EXTEND_LUA).decode()
         self.guard_sha = self.n.call("SCRIPT", "LOAD", GUARD_LUA).decode()
+        self.sem_sha = self.n.call("SCRIPT", "LOAD", SEM_LUA).decode()
+        self.racq_sha = self.n.call("SCRIPT", "LOAD", RLOCK_ACQUIRE_LUA).decode()
+        self.rrel_sha = self.n.call("SCRIPT", "LOAD", RLOCK_RELEASE_LUA).decode()
+        self.token_seq = 0  # holder tokens of pairs 10-12, never reused
+        self.idle_shares = []  # server idle share of each run of a pair of 10-12
         self.usec_notes = []
         self.last_usec = {}
         self.cpu_notes = []
@@ -214,7 +282,7 @@ class Suite:
                     break
                 res[side].append(rps)
                 try:
-                    usec[side].append(float(extra.get("usec/call", "")))
+                    usec[side].append(float(extra.get("usec/call", extra.get("usec/pair", ""))))
                 except ValueError:
                     pass
                 if self.last_cpu:
@@ -687,6 +755,350 @@ class Suite:
             "the lock's `PEXPIRETIME` (server clock, same machine). Redis deems a key expired once its "
             "clock is past that millisecond, so 1 ms is the floor." % len(gaps))
 
+    # ---- shared locks and semaphores (10-13) ---------------------------------
+    # redis-benchmark sends one command per request, with independent
+    # __rand_int__ values, so its release cannot name the token its acquire
+    # just used. Two separate runs (all acquires, then all releases) do not
+    # measure a semaphore either: with LIMIT 100, all but the first few
+    # acquires of the first run would be refused at once. Pairs 10-12
+    # therefore build the RESP of every acquire/release pair of a run
+    # beforehand (untimed; fresh token per pair, so every acquire meets the
+    # prefilled population and is granted, and every release matches) and
+    # time its delivery by PROCS `redis-cli --pipe` processes, each on its own
+    # share of the keys (pipeline.py). The same delivery serves both sides.
+    # Server µs per pair comes from INFO commandstats (the sum over the
+    # commands sent: a script's inner calls are inside its EVALSHA time);
+    # whether every acquire was granted and every release matched, from the
+    # module's INFO counters or the calls a script makes only on one path.
+    def load(self, commands, db=0):
+        """Runs commands (lists of arguments) through `redis-cli --pipe`."""
+        step = 5000
+        chunks = (b"".join(encode(c) for c in commands[i:i + step]) for i in range(0, len(commands), step))
+        self.pipe_load(self.native_port, db, chunks)
+
+    def module_stats(self):
+        return {k[len("redislock_"):]: int(v) for k, v in self.n.info("redislock").items()}
+
+    def drive(self, acquire, release, keys, pairs, commands, verify, clock=None):
+        """One delivery of `pairs` acquire/release pairs on `keys`; returns
+        (pairs/s, seconds, extra), with server µs per pair over `commands`
+        (the commandstats names sent) in extra["usec/pair"]. `verify`:
+        [(source, name, calls per pair)], source "cmd" (INFO commandstats
+        calls) or "mod" (INFO redislock counter), all checked after the run;
+        `clock`: the acquire also takes this time (ms) after the token."""
+        procs = PROCS
+        per = max(1, pairs // procs)
+        pairs = per * procs
+        first = self.token_seq
+        self.token_seq += pairs
+        clock = b"%d" % clock if clock is not None else None
+        # Each process its own share of the keys (all of them if fewer keys
+        # than processes) and its own range of tokens.
+        shares = [keys[p::procs] if len(keys) >= procs else keys for p in range(procs)]
+        streams = [pipeline.build(acquire, release, shares[p], first + p * per, per, clock) for p in range(procs)]
+        s0, e0, m0, c0 = self.cmdstats(self.n), self.errors(self.n), self.module_stats(), self.cpu(self.n)
+        res = pipeline.run(self.native_port, streams, cpus=self.client_cpus)
+        c1, s1, e1, m1 = self.cpu(self.n), self.cmdstats(self.n), self.errors(self.n), self.module_stats()
+        del streams
+        secs = res["seconds"]
+        cpu_s = max(c1 - c0, 1e-6)
+        self.last_cpu = {"ops_per_cpu_s": pairs / cpu_s, "util": cpu_s / secs}
+
+        def delta(name):
+            return s1.get(name, (0, 0))[0] - s0.get(name, (0, 0))[0]
+        d = {k: (delta(k), s1.get(k, (0, 0))[1] - s0.get(k, (0, 0))[1]) for k in commands}
+        extra = {"usec/pair": "%.2f" % (sum(u for _, u in d.values()) / pairs)}
+        extra.update(("us/call:" + k, "%.2f" % (u / max(c, 1))) for k, (c, u) in d.items())
+        bad = []
+        if res["replies"] != 2 * pairs or res["errors"] or e1 != e0:
+            bad.append("%d replies for %d commands, %d error replies (%s)"
+                       % (res["replies"], 2 * pairs, max(res["errors"], e1 - e0), res["first_error"]))
+        for source, name, each in verify:
+            got = delta(name) if source == "cmd" else m1.get(name, 0) - m0.get(name, 0)
+            if got != each * pairs:
+                bad.append("%s %s: %d, expected %d" % ("calls of" if source == "cmd" else "counter", name,
+                                                       got, each * pairs))
+        extra["checked"] = "ok" if not bad else "MISMATCH"
+        if bad:
+            self.notes.append("WARNING: a run of %s: %s" % ("/".join(commands), "; ".join(bad)))
+        extra["client_cpu"] = "%.2f" % res["client_cpu"]
+        if res["server_idle"] is not None:
+            # On a CPU / runnable but waiting for one (other load) / idle,
+            # i.e. waiting for the clients: near 0 when the server is the
+            # bottleneck.
+            extra["server_run/wait/idle"] = "%.2f/%.2f/%.2f" % (
+                res["server_cpu"], res["server_wait"], res["server_idle"])
+            self.idle_shares.append(res["server_idle"])
+        return pairs / secs, secs, extra
+
+    def holders_count(self, key):
+        """Holders of a shared lock or semaphore key, from LOCK.INFO."""
+        info = self.n.call("LOCK.INFO", key)
+        if not info:
+            return 0
+        return len(dict(zip(info[::2], info[1::2])).get(b"holders") or [])
+
+    def hold_pair(self, name, sides, check):
+        """Pairs 10 and 11: sides are (side, prefill commands(now), acquire,
+        release, commands, verify, clock); FLUSHALL and prefill before every
+        run. With `clock`, the acquires take the time (ms) at which the run
+        was built, later than the prefill's."""
+        keys = [b"key:%03d" % k for k in range(HOLD_KEYS)]
+
+        def mk(prefill, acq, rel, commands, verify, clock):
+            def fn(n):
+                self.flushall(self.n)
+                now = int(time.time() * 1000)
+                self.load(prefill(now))
+                at = max(now + 1, int(time.time() * 1000)) if clock else None
+                return self.drive(acq, rel, keys, n, commands, verify, at)
+            return fn
+        fns = [(side, mk(*rest)) for side, *rest in sides]
+        n_pairs = self.size(name, [(lambda n, f=f: f(n)[0]) for _, f in fns])
+        self.idle_shares = []
+        failed = []
+
+        def run(f, side):
+            def fn(rep):
+                out = f(n_pairs)
+                bad = check(side, keys)
+                if bad:
+                    failed.append("%s: %s" % (side, bad))
+                if out[2]["checked"] != "ok":
+                    failed.append("%s: server counters did not match (see the WARNING note)" % side)
+                return out
+            return fn
+        res = self.pair(name, 40, [(side, run(f, side)) for side, f in fns])
+        self.flushall(self.n)
+        return res, failed
+
+    def idle_note(self):
+        """The server's idle share over the last pair's timed runs."""
+        x = self.idle_shares
+        if not x:
+            return "server idle share not measured (server process not readable)"
+        return ("server idle (waiting for the clients) %.1f%% of a run at the median, %.1f%% at most (%d runs)"
+                % (100 * statistics.median(x), 100 * max(x), len(x)))
+
+    def usec_row(self, figure, target, a="native", b="classic", cmp=">=", ratio_ba=True):
+        """A row of server µs per pair (medians of the last pair's runs);
+        ratio = b/a (how many times less CPU a takes) or a/b."""
+        u = self.last_usec
+        if a not in u or b not in u:
+            self.row(figure, "—", "—", "—", "—", "ERROR")
+            return
+        ma, sa = statistics.median(u[a]), u[a]
+        mb, sb = statistics.median(u[b]), u[b]
+        ratio = mb / ma if ratio_ba else ma / mb
+        met = ratio >= target if cmp == ">=" else ratio <= target
+        self.row(figure, "%.2f (%.2f–%.2f)" % (ma, min(sa), max(sa)), "%.2f (%.2f–%.2f)" % (mb, min(sb), max(sb)),
+                 "%.2f" % ratio, "%s %.2f" % ("≥" if cmp == ">=" else "≤", target), "yes" if met else "**NO**")
+        self.log("%-22s median server us/pair %s=%.2f %s=%.2f ratio=%.3f" % (figure[:22], a, ma, b, mb, ratio))
+
+    def semaphore(self):
+        """10. LOCK.ACQUIRE ... LIMIT 100 + LOCK.RELEASE vs the sorted-set
+        semaphore script + ZREM, on keys holding 10 holders each."""
+        def native_prefill(now):
+            return [["LOCK.ACQUIRE", "key:%03d" % k, "prefill-%014d" % j, "PX", PREFILL_PX, "LIMIT", SEM_LIMIT]
+                    for k in range(HOLD_KEYS) for j in range(HOLD_PREFILL)]
+
+        def classic_prefill(now):
+            return [["ZADD", "key:%03d" % k, now, "prefill-%014d" % j]
+                    for k in range(HOLD_KEYS) for j in range(HOLD_PREFILL)]
+        n_acq = template("LOCK.ACQUIRE", Slot(KEY_LEN), Slot(TOKEN_LEN), "PX", HOLD_PX, "LIMIT", SEM_LIMIT)
+        n_rel = template("LOCK.RELEASE", Slot(KEY_LEN), Slot(TOKEN_LEN))
+        c_acq = template("EVALSHA", self.sem_sha, "1", Slot(KEY_LEN), Slot(TOKEN_LEN), Slot(13), HOLD_PX, SEM_LIMIT)
+        c_rel = template("ZREM", Slot(KEY_LEN), Slot(TOKEN_LEN))
+
+        def check(side, keys):
+            for k in keys:
+                n = self.holders_count(k) if side == "native" else self.n.call("ZCARD", k)
+                if n != HOLD_PREFILL:
+                    return "%s holds %d, not %d" % (k.decode(), n, HOLD_PREFILL)
+            return None
+        # A refused classic acquire ZREMs its own entry inside the script, so
+        # exactly one ZREM (the release) per pair means every acquire was
+        # granted; and a release that did not match would leave its holder.
+        res, failed = self.hold_pair("10 semaphore acq+rel", [
+            ("native", native_prefill, n_acq, n_rel, ["lock.acquire", "lock.release"], NATIVE_VERIFY, False),
+            ("classic", classic_prefill, c_acq, c_rel, ["evalsha", "zrem"], [("cmd", "zadd", 1), ("cmd", "zrem", 1)],
+             True),
+        ], check)
+        self.usec_row("10. semaphore (LIMIT %d, %d holders per key), acquire+release: server µs per pair "
+                      "(ratio = classic/native)" % (SEM_LIMIT, HOLD_PREFILL), 2.0)
+        self.throughput_row("10. semaphore (LIMIT %d, %d holders per key), acquire+release (pairs/s)"
+                            % (SEM_LIMIT, HOLD_PREFILL), res, target=2.0,
+                            label="10 semaphore acquire+release (per pair)")
+        self.notes.append(
+            "10: %d keys, each prefilled with %d holders before every run; native `LOCK.ACQUIRE key token PX %d "
+            "LIMIT %d` + `LOCK.RELEASE key token` against `EVALSHA` of the sorted-set semaphore "
+            "(ZREMRANGEBYSCORE -inf now-timeout, ZADD now token, ZRANK, ZREM and fail if rank ≥ limit; now from "
+            "the client: the time the run was built, after the prefill) + `ZREM key token`. Driven by "
+            "`bench/pipeline.py`: every run's pairs (fresh token per pair, keys in turn) built beforehand, "
+            "untimed, and delivered by %d `redis-cli --pipe` processes at once, each on its own %d keys; %s. "
+            "Every acquire granted and every release matched: %s."
+            % (HOLD_KEYS, HOLD_PREFILL, HOLD_PX, SEM_LIMIT, PROCS, HOLD_KEYS // PROCS, self.idle_note(),
+               "yes (server counters: native grants and releases = pairs, none refused or not owner; classic "
+               "ZADD and ZREM calls = pairs; populations back to %d after every run)" % HOLD_PREFILL
+               if not failed else "WARNING " + "; ".join(failed)))
+
+    def shared(self):
+        """11. LOCK.ACQUIRE ... SHARED + LOCK.RELEASE vs the hash read lock
+        scripts (Redisson's layout), on keys holding 10 readers each."""
+        def native_prefill(now):
+            return [["LOCK.ACQUIRE", "key:%03d" % k, "prefill-%014d" % j, "PX", PREFILL_PX, "SHARED"]
+                    for k in range(HOLD_KEYS) for j in range(HOLD_PREFILL)]
+
+        def classic_prefill(now):
+            out = []
+            for k in range(HOLD_KEYS):
+                key = "key:%03d" % k
+                out.append(["HSET", key, "mode", "read"])
+                out += [["HINCRBY", key, "prefill-%014d" % j, 1] for j in range(HOLD_PREFILL)]
+                out.append(["PEXPIRE", key, PREFILL_PX])
+            return out
+        n_acq = template("LOCK.ACQUIRE", Slot(KEY_LEN), Slot(TOKEN_LEN), "PX", HOLD_PX, "SHARED")
+        n_rel = template("LOCK.RELEASE", Slot(KEY_LEN), Slot(TOKEN_LEN))
+        c_acq = template("EVALSHA", self.racq_sha, "1", Slot(KEY_LEN), Slot(TOKEN_LEN), HOLD_PX)
+        c_rel = template("EVALSHA", self.rrel_sha, "1", Slot(KEY_LEN), Slot(TOKEN_LEN))
+
+        def check(side, keys):
+            for k in keys:
+                n = self.holders_count(k) if side == "native" else self.n.call("HLEN", k) - 1
+                if n != HOLD_PREFILL:
+                    return "%s holds %d, not %d" % (k.decode(), n, HOLD_PREFILL)
+            return None
+        # The classic acquire HSETs `mode` only when it grants, and the release
+        # HDELs the reader's counter only when it brings it to 0.
+        res, failed = self.hold_pair("11 shared acq+rel", [
+            ("native", native_prefill, n_acq, n_rel, ["lock.acquire", "lock.release"], NATIVE_VERIFY, False),
+            ("classic", classic_prefill, c_acq, c_rel, ["evalsha"], [("cmd", "hset", 1), ("cmd", "hdel", 1)],
+             False),
+        ], check)
+        self.usec_row("11. shared (read) lock (%d readers per key), acquire+release: server µs per pair "
+                      "(ratio = classic/native)" % HOLD_PREFILL, 2.0)
+        self.throughput_row("11. shared (read) lock (%d readers per key), acquire+release (pairs/s)"
+                            % HOLD_PREFILL, res, target=2.0, label="11 shared acquire+release (per pair)")
+        self.notes.append(
+            "11: %d keys, each prefilled with %d readers before every run; native `LOCK.ACQUIRE key token PX %d "
+            "SHARED` + `LOCK.RELEASE` against two `EVALSHA`s on a hash laid out as Redisson's read lock "
+            "(field `mode`, one counter per reading token, one TTL for the key): acquire = HGET mode, and if nil "
+            "or 'read': HSET mode read, HINCRBY token 1, PEXPIRE; release = HINCRBY token -1, HDEL at 0, DEL "
+            "when only `mode` is left. The classic keeps one lease for all readers (no per-reader timeout keys, "
+            "which Redisson adds); the native lock keeps one per reader. Same delivery as 10; %s. Every "
+            "acquire granted and every release matched: %s."
+            % (HOLD_KEYS, HOLD_PREFILL, HOLD_PX, self.idle_note(),
+               "yes (server counters: native as in 10; classic HSET and HDEL calls = pairs; populations "
+               "back to %d after every run)" % HOLD_PREFILL if not failed
+               else "WARNING " + "; ".join(failed)))
+
+    def population(self):
+        """12. The cost of one more holder on a semaphore key that holds
+        10,000 holders vs one that holds 10 (native only, LIMIT 100000)."""
+        self.flushall(self.n)
+        big, small = b"sem:big", b"sem:sml"
+        for key, count in ((big, BIG_HOLDERS), (small, HOLD_PREFILL)):
+            self.load([["LOCK.ACQUIRE", key, "prefill-%014d" % j, "PX", PREFILL_PX, "LIMIT", BIG_LIMIT]
+                       for j in range(count)])
+        acq = template("LOCK.ACQUIRE", Slot(KEY_LEN), Slot(TOKEN_LEN), "PX", HOLD_PX, "LIMIT", BIG_LIMIT)
+        rel = template("LOCK.RELEASE", Slot(KEY_LEN), Slot(TOKEN_LEN))
+        commands = ["lock.acquire", "lock.release"]
+        failed = []
+
+        def mk(key, count):
+            def fn(rep):
+                out = self.drive(acq, rel, [key], n_pairs, commands, NATIVE_VERIFY)
+                held = self.holders_count(key)
+                if held != count:
+                    failed.append("%s holds %d, not %d" % (key.decode(), held, count))
+                if out[2]["checked"] != "ok":
+                    failed.append("%s: server counters did not match (see the WARNING note)" % key.decode())
+                return out
+            return fn
+        n_pairs = self.size("12 10000 vs 10 holders",
+                            [lambda n: self.drive(acq, rel, [big], n, commands, NATIVE_VERIFY)[0],
+                             lambda n: self.drive(acq, rel, [small], n, commands, NATIVE_VERIFY)[0]])
+        self.idle_shares = []
+        res = self.pair("12 10000 vs 10 holders", 40, [("h10000", mk(big, BIG_HOLDERS)),
+                                                       ("h10", mk(small, HOLD_PREFILL))])
+        self.flushall(self.n)
+        self.usec_row("12. semaphore acquire+release on a key holding %s holders vs one holding %d: server µs "
+                      "per pair (columns: %s | %d holders; ratio = %s/%d)"
+                      % (n_fmt(BIG_HOLDERS), HOLD_PREFILL, n_fmt(BIG_HOLDERS), HOLD_PREFILL,
+                         n_fmt(BIG_HOLDERS), HOLD_PREFILL),
+                      2.0, a="h10000", b="h10", cmp="<=", ratio_ba=False)
+        self.throughput_row("12. semaphore acquire+release, %s holders vs %d (pairs/s; columns: %s | %d)"
+                            % (n_fmt(BIG_HOLDERS), HOLD_PREFILL, n_fmt(BIG_HOLDERS), HOLD_PREFILL), res,
+                            native="h10000", classic="h10", target=0.5,
+                            label="12 semaphore %s vs %d holders (per pair)" % (n_fmt(BIG_HOLDERS), HOLD_PREFILL))
+        self.notes.append(
+            "12: native only: one key prefilled with %s holders and one with %d (both `LIMIT %s`, so every "
+            "acquire is granted), the same acquire/release pairs and delivery as 10 on each in turn (all %d "
+            "processes on the one key); %s. Every acquire granted and every release matched: %s."
+            % (n_fmt(BIG_HOLDERS), HOLD_PREFILL, n_fmt(BIG_LIMIT), PROCS, self.idle_note(),
+               "yes (server counters as in 10; holders back to %s and %d after every run)"
+               % (n_fmt(BIG_HOLDERS), HOLD_PREFILL) if not failed else "WARNING " + "; ".join(failed)))
+
+    def holder_memory(self):
+        """13. used_memory growth per holder: MEM_HOLDERS holders in one
+        semaphore / shared-lock key against the sorted-set semaphore and the
+        hash read lock; small keys; exclusive locks for reference."""
+        def grow(commands, db=0):
+            self.flushall(self.n)
+            time.sleep(0.2)
+            m0 = self.used_memory(self.n)
+            self.load(commands, db)
+            time.sleep(0.2)
+            return self.used_memory(self.n) - m0
+        now = int(time.time() * 1000)
+        n = MEM_HOLDERS
+        tokens = ["holder-%015d" % j for j in range(n)]
+        g = {
+            "sem": grow([["LOCK.ACQUIRE", "sem", t, "PX", PREFILL_PX, "LIMIT", BIG_LIMIT] for t in tokens]),
+            "zset": grow([["ZADD", "sem", now, t] for t in tokens]),
+            "shared": grow([["LOCK.ACQUIRE", "rw", t, "PX", PREFILL_PX, "SHARED"] for t in tokens]),
+            "hash": grow([["HSET", "rw", "mode", "read"]] + [["HINCRBY", "rw", t, 1] for t in tokens]
+                         + [["PEXPIRE", "rw", PREFILL_PX]]),
+        }
+        small_keys = n // HOLD_PREFILL
+        g["sem_small"] = grow([["LOCK.ACQUIRE", "sem:%05d" % (j // HOLD_PREFILL), t, "PX", PREFILL_PX,
+                                "LIMIT", SEM_LIMIT] for j, t in enumerate(tokens)])
+        g["zset_small"] = grow([["ZADD", "sem:%05d" % (j // HOLD_PREFILL), now, t] for j, t in enumerate(tokens)])
+        self.flushall(self.n)
+        time.sleep(0.2)
+        m0 = self.used_memory(self.n)
+        self.pipe_load(self.native_port, 0, self.gen_locks(0, n, True, PREFILL_PX))
+        time.sleep(0.2)
+        m1 = self.used_memory(self.n)
+        self.pipe_load(self.native_port, 1, self.gen_locks(0, n, False, PREFILL_PX))
+        time.sleep(0.2)
+        m2 = self.used_memory(self.n)
+        g["lock"], g["string"] = m1 - m0, m2 - m1
+        self.flushall(self.n)
+        per = {k: v / n for k, v in g.items()}
+        self.log("13 memory growth (bytes, %d holders or keys): %s"
+                 % (n, " ".join("%s=%d (%.1f/holder)" % (k, g[k], per[k]) for k in g)))
+
+        def mrow(figure, a, b):
+            self.row(figure, "%.1f" % per[a], "%.1f" % per[b], "%.2f" % (per[a] / per[b]), "report", "—")
+        mrow("13. memory per holder, one semaphore key with %s holders (bytes, used_memory growth / holders; "
+             "classic: sorted-set semaphore)" % n_fmt(n), "sem", "zset")
+        mrow("13. memory per holder, one shared lock with %s readers (bytes; classic: hash read lock)"
+             % n_fmt(n), "shared", "hash")
+        mrow("13. memory per holder, %s semaphore keys with %d holders each (bytes; classic: sorted set)"
+             % (n_fmt(small_keys), HOLD_PREFILL), "sem_small", "zset_small")
+        mrow("13. (reference) memory per exclusive lock, %s keys (bytes; classic: SET NX PX)" % n_fmt(n),
+             "lock", "string")
+        self.notes.append(
+            "13: `used_memory` growth divided by the holders (or keys) added, each case on an emptied server, "
+            "loaded with `redis-cli --pipe`; 22-byte tokens. Semaphore: `LOCK.ACQUIRE sem token PX … LIMIT %s` "
+            "against `ZADD sem now token` (the sorted-set semaphore's entries); shared: `LOCK.ACQUIRE rw token "
+            "PX … SHARED` against `HINCRBY rw token 1` on the hash read lock (plus its `mode` field and TTL). "
+            "A big sorted set or hash is a hash table plus (sorted set) a skip list; one with at most 128 "
+            "entries is a compact listpack, which is why the small keys' figures differ. Exclusive locks: "
+            "`lock:%%012d` keys as in 5 (native in db 0, strings in db 1)." % n_fmt(BIG_LIMIT))
+
+
     # ---- report -------------------------------------------------------------
     def machine_line(self):
         model = "unknown"
@@ -709,16 +1121,20 @@ class Suite:
             "",
             "Machine: " + self.machine_line(),
             "",
-            "Run: %s · suite took %.0f s · module sha256 %s… · `redis-benchmark -c 50 -P 16` · "
+            "Run: %s · suite took %.0f s · module sha256 %s… · `redis-benchmark -c 50 -P 16` (10–12: "
+            "%d × `redis-cli --pipe`) · "
             "server pinned to CPU %s, clients to CPU %s · load average before/after: %s / %s · "
             "reps per pair: up to %d (BENCH_SCALE=%g)"
-            % (time.strftime("%Y-%m-%d %H:%M:%S %Z"), elapsed, digest,
+            % (time.strftime("%Y-%m-%d %H:%M:%S %Z"), elapsed, digest, PROCS,
                os.environ.get("BENCH_SERVER_CPUS", "-") or "-",
                ",".join(map(str, sorted(self.client_cpus))) if self.client_cpus else "-",
                load_before, load_after, REPS, SCALE),
             "",
-            "Throughput cells: median (min–max) ops/s over the alternating runs; ratio = native/classic "
-            "of medians (for 6: with module / without).",
+            "Throughput cells: median (min–max) ops/s over the alternating runs (for 10–12: pairs/s, one "
+            "acquire and its release); ratio = native/classic of medians (for 6: with module / without; for "
+            "12: 10,000 holders / 10). Rows \"server µs per pair\": median (min–max) of `INFO commandstats` "
+            "time per acquire+release; ratio = classic/native, how many times less server CPU the native "
+            "pair takes (for 12: 10,000 holders / 10, how much more).",
             "",
             "| figure | native | classic | ratio | target | met |",
             "|---|---|---|---|---|---|",
@@ -759,10 +1175,11 @@ def main():
     ap.add_argument("--module", required=True)
     ap.add_argument("--out-dir", default=HERE)
     ap.add_argument("--client-cpus", default="")
-    ap.add_argument("--only", default="", help="comma list of pairs to run (1-7, 6b), for development")
+    ap.add_argument("--only", default="", help="comma list of pairs to run (1-13, 6b), for development")
     a = ap.parse_args()
     s = Suite(a)
-    only = set(a.only.split(",")) if a.only else {"1", "2", "3", "4", "5", "6", "6b", "7", "8", "9"}
+    only = set(a.only.split(",")) if a.only else {"1", "2", "3", "4", "5", "6", "6b", "7", "8", "9",
+                                                  "10", "11", "12", "13"}
     lb = loadavg()
     s.log("# redislock bench raw results %s; %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), s.machine_line()))
     s.log("# load average at start: %s; REPS=%d SCALE=%g" % (lb, REPS, SCALE))
@@ -778,6 +1195,10 @@ def main():
         ("3", s.release),
         ("7", s.contention),
         ("8", s.expiry_handoff),
+        ("10", s.semaphore),
+        ("11", s.shared),
+        ("12", s.population),
+        ("13", s.holder_memory),
     ]
     failed = []
     snapshot_ok = True

@@ -435,6 +435,27 @@ fn lock_commands_are_routed_by_key_and_block_on_the_owner() {
             rcmd!("LOCK.EXTEND", key, &token, "PX", 30_000),
             rcmd!("LOCK.INFO", key),
             rcmd!("LOCK.RELEASE", key, &token),
+            rcmd!(
+                "LOCK.ACQUIRE",
+                key,
+                &token,
+                "PX",
+                30_000,
+                "SHARED",
+                "BLOCK",
+                5_000
+            ),
+            rcmd!(
+                "LOCK.ACQUIRE",
+                key,
+                &token,
+                "PX",
+                30_000,
+                "LIMIT",
+                2,
+                "BLOCK",
+                5_000
+            ),
         ];
         // Every other node, replicas included (no READONLY), redirects to the owner, at once.
         for other in (0..c.nodes.len()).filter(|&i| i != owner) {
@@ -575,6 +596,39 @@ fn lock_commands_are_routed_by_key_and_block_on_the_owner() {
         (i.token, i.fence, i.waiters),
         (b"waiter".to_vec(), f_waiter, 0)
     );
+
+    // Semaphores and shared holds are routed the same way, and each holder reaches the
+    // owner's replica exactly.
+    let mut router = Router::new();
+    for (n, (owner, key)) in key_per_master(&c, "sem:").into_iter().enumerate() {
+        let wrong = *masters.iter().find(|&&m| m != owner).unwrap();
+        let wp = c.nodes[wrong].port();
+        let mut fences = Vec::new();
+        for t in ["a", "b"] {
+            let cmd = rcmd!("LOCK.ACQUIRE", &key, t, "PX", 30_000, "LIMIT", 2);
+            fences.push(parse_grant(&router.ok(wp, &cmd)).expect("a place").1);
+        }
+        let full = rcmd!("LOCK.ACQUIRE", &key, "c", "PX", 30_000, "LIMIT", 2);
+        assert_eq!(router.ok(wp, &full), Value::Nil, "no third place");
+        let rw = format!("{{{key}}}:rw");
+        for t in ["r1", "r2"] {
+            let cmd = rcmd!("LOCK.ACQUIRE", &rw, t, "PX", 30_000, "SHARED");
+            assert!(parse_grant(&router.ok(wp, &cmd)).is_some());
+        }
+        let op = c.nodes[owner].port();
+        wait_replicas(router.con(op), 1);
+        let mut rc = c.nodes[c.replicas_of(owner)[0]].conn();
+        ok(&mut rc, &rcmd!("READONLY"));
+        for k in [&key, &rw] {
+            let on_master = ok(
+                &mut c.nodes[owner].conn(),
+                &rcmd!("DEBUG", "DIGEST-VALUE", k),
+            );
+            let on_replica = ok(&mut rc, &rcmd!("DEBUG", "DIGEST-VALUE", k));
+            assert_eq!(on_master, on_replica, "{k} on the replica (master {n})");
+        }
+        assert!(fences[0] < fences[1]);
+    }
 }
 
 #[test]

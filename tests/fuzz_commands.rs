@@ -205,6 +205,7 @@ impl Gen {
             "lock.info",
             "LOCK._APPLY",
             "LOCK._EPOCH",
+            "LOCK._HOLD",
         ];
         let name = self.pick(NAMES).as_bytes().to_vec();
         let mut argv = vec![name.clone()];
@@ -238,6 +239,17 @@ impl Gen {
                     self.ttl(&mut extra);
                     opts.push(extra);
                 }
+                if self.chance(25) {
+                    opts.push(vec![self.pick(&[&b"SHARED"[..], b"shared"]).to_vec()]);
+                }
+                if self.chance(25) {
+                    let v = if self.chance(70) {
+                        self.pick(&[&b"1"[..], b"2", b"3", b"1000000"]).to_vec()
+                    } else {
+                        self.number()
+                    };
+                    opts.push(vec![self.pick(&[&b"LIMIT"[..], b"limit"]).to_vec(), v]);
+                }
                 if self.chance(10) {
                     opts.push(vec![self.option()]);
                 }
@@ -261,6 +273,21 @@ impl Gen {
             b"LOCK._EPOCH" => {
                 argv.truncate(1);
                 argv.push(self.number());
+            }
+            b"LOCK._HOLD" => {
+                argv.push(b"1".to_vec());
+                if self.chance(50) {
+                    argv.extend([b"END".to_vec(), self.token()]);
+                } else {
+                    argv.extend([
+                        b"GRANT".to_vec(),
+                        b"LIMIT".to_vec(),
+                        self.number(),
+                        self.token(),
+                    ]);
+                    argv.push(self.number());
+                    argv.push(self.number());
+                }
             }
             _ => {}
         }
@@ -341,7 +368,7 @@ fn model(argv: &[Vec<u8>]) -> Expect {
     let name = argv[0].to_ascii_uppercase();
     let argc = argv.len();
     match name.as_slice() {
-        b"LOCK._APPLY" | b"LOCK._EPOCH" => Expect::Error,
+        b"LOCK._APPLY" | b"LOCK._EPOCH" | b"LOCK._HOLD" => Expect::Error,
         b"LOCK.INFO" => {
             if argc == 2 {
                 Expect::Valid
@@ -373,13 +400,28 @@ fn model(argv: &[Vec<u8>]) -> Expect {
             if argc < 5 || !token_ok(&argv[2]) {
                 return Expect::Error;
             }
-            let (mut ttl, mut block) = (false, false);
+            let (mut ttl, mut block, mut shared, mut limit) = (false, false, false, false);
             let mut i = 3;
             while i < argc {
                 let opt = &argv[i];
                 let value = argv.get(i + 1);
                 i += 2;
-                if opt.eq_ignore_ascii_case(b"BLOCK") {
+                if opt.eq_ignore_ascii_case(b"SHARED") {
+                    if shared || limit {
+                        return Expect::Error;
+                    }
+                    shared = true;
+                    i -= 1;
+                } else if opt.eq_ignore_ascii_case(b"LIMIT") {
+                    let Some(v) = value else { return Expect::Error };
+                    if shared
+                        || limit
+                        || strict_int(v).is_none_or(|n| !(1..=1_000_000).contains(&n))
+                    {
+                        return Expect::Error;
+                    }
+                    limit = true;
+                } else if opt.eq_ignore_ascii_case(b"BLOCK") {
                     let Some(v) = value else { return Expect::Error };
                     if block || strict_int(v).is_none_or(|b| !(0..=MAX_BLOCK_MS).contains(&b)) {
                         return Expect::Error;
@@ -466,6 +508,18 @@ fn check_shape(argv: &[Vec<u8>], reply: &Resp) -> Result<&'static str, String> {
                     .find(|(k, _)| k == n.as_bytes())
                     .map(|(_, v)| v)
             };
+            if let Some(Resp::Bulk(mode)) = get("mode") {
+                if mode == b"shared" || mode == b"semaphore" {
+                    return match (get("holders"), get("ttl"), get("waiters")) {
+                        (Some(Resp::Array(hs)), Some(Resp::Int(ttl)), Some(Resp::Int(w)))
+                            if !hs.is_empty() && *ttl >= -1 && *w >= 0 =>
+                        {
+                            Ok("info of holders")
+                        }
+                        _ => Err("bad LOCK.INFO fields of a key with holders".into()),
+                    };
+                }
+            }
             match (get("token"), get("fence"), get("ttl"), get("waiters")) {
                 (
                     Some(Resp::Bulk(t)),
@@ -596,6 +650,13 @@ fn random_lock_commands_get_well_formed_replies_and_leave_other_keys_alone() {
                     }
                 } else if !e.starts_with(b"ERR ") {
                     Err("error without the ERR code".into())
+                } else if expect == Expect::Valid
+                    && (e.starts_with(b"ERR the key is a ")
+                        || e.starts_with(b"ERR this token already holds the key"))
+                {
+                    // Good arguments that do not fit the key's kind or the token's hold:
+                    // the key's state decides, not the arguments.
+                    Ok("kind mismatch")
                 } else if expect == Expect::Valid {
                     Err("an error for arguments the SPEC accepts".into())
                 } else {

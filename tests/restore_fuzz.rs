@@ -1,10 +1,10 @@
 //! `RESTORE` of damaged and forged lock payloads (SPEC "Server safety"): real `DUMP` payloads of
-//! locks, mutated — truncated at every length, bits flipped, bytes inserted and deleted, length
-//! prefixes and fences rewritten to extremes, another module id or encoding version — and
-//! resealed with a correct trailer (RDB version, CRC64) so that Redis hands them to the module.
-//! Every payload gets an answer, the server stays up, nothing else changes, the fence clock is
-//! not used up, and what is accepted is a valid lock: exactly the one a reference decoder of the
-//! format expects.
+//! locks, read/write locks with several `SHARED` holders and semaphores, mutated — truncated at
+//! every length, bits flipped, bytes inserted and deleted, length prefixes, counts, limits and
+//! fences rewritten to extremes, another module id or encoding version — and resealed with a
+//! correct trailer (RDB version, CRC64) so that Redis hands them to the module. Every payload gets
+//! an answer, the server stays up, nothing else changes, the fence clock is not used up, and what
+//! is accepted is a valid lock: exactly the one a reference decoder of the format expects.
 //!
 //! `REDISLOCK_RESTORE_FUZZ_CASES` (default 300) and `REDISLOCK_RESTORE_FUZZ_SEED` (default: the
 //! time) set the random part; `make stress` runs many thousands.
@@ -12,6 +12,7 @@
 //! Also: a full sync of a dataset with locks to replicas with `repl-diskless-load swapdb` and
 //! `on-empty-db`, whose data must end up identical.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -45,8 +46,17 @@ const TYPE_MODULE_2: u8 = 7;
 const OPCODE_EOF: u64 = 0;
 const OPCODE_UINT: u64 = 2;
 const OPCODE_STRING: u64 = 5;
-const ENCODING_VERSION: u64 = 1;
+/// The record encoding `DUMP` writes: modes 0 and 1 as in version 1, modes 2 and 3 with holders.
+const ENCODING_VERSION: u64 = 2;
+/// The encoding of the release before shared locks and semaphores (modes 0 and 1 only), which
+/// must still load.
+const LEGACY_ENCODING_VERSION: u64 = 1;
+const MODE_EXCLUSIVE: u64 = 0;
+const MODE_GATE: u64 = 1;
+const MODE_SHARED: u64 = 2;
+const MODE_SEMAPHORE: u64 = 3;
 const MAX_TOKEN: usize = 512;
+const MAX_LIMIT: u64 = 1_000_000;
 const EPOCH_SHIFT: u32 = 51;
 const TIME_BASE_MS: i64 = 1_735_689_600_000;
 const DAY_MS: i64 = 86_400_000;
@@ -90,6 +100,86 @@ impl Fields {
         b.extend(enc_len(OPCODE_STRING));
         b.extend(enc_len(self.token.len() as u64));
         b.extend_from_slice(&self.token);
+        b.extend(enc_len(OPCODE_EOF));
+        b
+    }
+}
+
+/// The kind of a key with holders, as `LOCK.INFO` shows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Shared,
+    Semaphore { limit: u64 },
+}
+
+impl Kind {
+    /// The mode and the limit the module writes for this kind.
+    fn code(self) -> (u64, u64) {
+        match self {
+            Kind::Shared => (MODE_SHARED, 0),
+            Kind::Semaphore { limit } => (MODE_SEMAPHORE, limit),
+        }
+    }
+}
+
+/// One holder of a read/write lock or of a semaphore, as the module writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hold {
+    fence: u64,
+    /// Unix milliseconds; the lease has ended once the clock is past it.
+    expire_at: i64,
+    token: Vec<u8>,
+}
+
+fn hold(token: &[u8], fence: u64, expire_at: i64) -> Hold {
+    Hold {
+        fence,
+        expire_at,
+        token: token.to_vec(),
+    }
+}
+
+/// The fields of a key with holders as the module writes them; `count` may differ from the
+/// holds that follow it.
+#[derive(Clone, Debug)]
+struct HolderFields {
+    module_id: u64,
+    mode: u64,
+    limit: u64,
+    count: u64,
+    holds: Vec<Hold>,
+}
+
+impl HolderFields {
+    fn new(module_id: u64, kind: Kind, holds: Vec<Hold>) -> HolderFields {
+        let (mode, limit) = kind.code();
+        HolderFields {
+            module_id,
+            mode,
+            limit,
+            count: holds.len() as u64,
+            holds,
+        }
+    }
+
+    /// The payload body (without the trailer), tokens as raw strings.
+    fn body(&self) -> Vec<u8> {
+        let mut b = vec![TYPE_MODULE_2];
+        b.extend(enc_len(self.module_id));
+        for v in [self.mode, self.limit, self.count] {
+            b.extend(enc_len(OPCODE_UINT));
+            b.extend(enc_len(v));
+        }
+        for h in &self.holds {
+            b.extend(enc_len(OPCODE_UINT));
+            b.extend(enc_len(h.fence));
+            // A signed number is saved as the unsigned number with the same bits.
+            b.extend(enc_len(OPCODE_UINT));
+            b.extend(enc_len(h.expire_at as u64));
+            b.extend(enc_len(OPCODE_STRING));
+            b.extend(enc_len(h.token.len() as u64));
+            b.extend_from_slice(&h.token);
+        }
         b.extend(enc_len(OPCODE_EOF));
         b
     }
@@ -139,6 +229,9 @@ enum Expect {
     /// `OK`, and the key is a fence gate (kind 1, no token) with this fence. A gate's fence is
     /// not bounded: it never feeds the fence clock.
     Gate { fence: u64 },
+    /// `OK`, and the key has these holders (in the payload's order). `LOCK.INFO` lists those
+    /// whose lease has not ended, in fence order.
+    Holders { kind: Kind, holds: Vec<Hold> },
     /// An error reply; no key.
     Refused,
     /// Either, as long as what is accepted is a valid lock (LZF-compressed tokens, trailing
@@ -189,6 +282,19 @@ impl<'a> Reader<'a> {
         self.len().map(|(v, _)| v)
     }
 
+    /// A number field: the unsigned opcode (a signed number is saved the same way), then the
+    /// number.
+    fn uint(&mut self) -> Option<u64> {
+        (self.value()? == OPCODE_UINT).then_some(())?;
+        self.value()
+    }
+
+    /// A string field: `None` when Redis cannot read one, `Some(None)` for an LZF string.
+    fn string_field(&mut self) -> Option<Option<Vec<u8>>> {
+        (self.value()? == OPCODE_STRING).then_some(())?;
+        self.string().ok()
+    }
+
     /// A string: `Ok(Some(bytes))`, `Ok(None)` for an LZF string (not decoded here), `Err` when
     /// Redis cannot read one.
     fn string(&mut self) -> Result<Option<Vec<u8>>, ()> {
@@ -227,66 +333,310 @@ fn expect(payload: &[u8], module_name_bits: u64, now: i64) -> Expect {
     let Some(id) = r.value() else {
         return Expect::Refused;
     };
-    if id >> 10 != module_name_bits || id & 1023 != ENCODING_VERSION {
+    let version = id & 1023;
+    if id >> 10 != module_name_bits
+        || !(LEGACY_ENCODING_VERSION..=ENCODING_VERSION).contains(&version)
+    {
         return Expect::Refused;
     }
-    let fields = (|| {
-        (r.value()? == OPCODE_UINT).then_some(())?;
-        let mode = r.value()?;
-        (r.value()? == OPCODE_UINT).then_some(())?;
-        let fence = r.value()?;
-        (r.value()? == OPCODE_STRING).then_some(())?;
-        let token = r.string().ok()?;
-        (r.value()? == OPCODE_EOF).then_some(())?;
-        Some((mode, fence, token))
-    })();
-    let Some((mode, fence, token)) = fields else {
-        return Expect::Refused;
-    };
-    let Some(token) = token else {
-        return Expect::Either;
-    };
-    if mode == 1 && token.is_empty() {
-        if !(1..=i64::MAX as u64).contains(&fence) {
-            return Expect::Refused;
+    match r.uint() {
+        Some(mode @ (MODE_EXCLUSIVE | MODE_GATE)) => expect_single(&mut r, mode, now),
+        Some(mode @ (MODE_SHARED | MODE_SEMAPHORE)) if version == ENCODING_VERSION => {
+            expect_holders(&mut r, mode, now)
         }
-        if r.at != payload.len() - 10 {
-            return Expect::Either;
-        }
-        return Expect::Gate { fence };
+        // Holders in a version 1 record, an unknown mode, or no mode at all.
+        _ => Expect::Refused,
     }
-    if mode != 0 || token.is_empty() || token.len() > MAX_TOKEN {
-        return Expect::Refused;
-    }
-    if !(1..=i64::MAX as u64).contains(&fence) || fence >> EPOCH_SHIFT > 64 {
-        return Expect::Refused;
+}
+
+/// Whether the reader ended exactly where the body does (before the RDB version and CRC).
+fn at_trailer(r: &Reader) -> bool {
+    r.at == r.b.len() - 10
+}
+
+fn valid_fence(fence: u64) -> bool {
+    (1..=i64::MAX as u64).contains(&fence)
+}
+
+/// Whether the restore bounds admit `fence` at Unix time `now`; `None` within a minute of the
+/// time bound, where the server's clock and this one may disagree.
+fn restorable(fence: u64, now: i64) -> Option<bool> {
+    if !valid_fence(fence) || fence >> EPOCH_SHIFT > 64 {
+        return Some(false);
     }
     let ms = ((fence >> 10) & ((1 << 41) - 1)) as i64;
     let limit = now - TIME_BASE_MS + DAY_MS;
     if ms > limit + 60_000 {
+        Some(false)
+    } else if ms > limit - 60_000 {
+        None
+    } else {
+        Some(true)
+    }
+}
+
+/// An exclusive lock or a fence gate (the same in versions 1 and 2): fence, token.
+fn expect_single(r: &mut Reader, mode: u64, now: i64) -> Expect {
+    let fields = (|| {
+        let fence = r.uint()?;
+        let token = r.string_field()?;
+        (r.value()? == OPCODE_EOF).then_some(())?;
+        Some((fence, token))
+    })();
+    let Some((fence, token)) = fields else {
+        return Expect::Refused;
+    };
+    let Some(token) = token else {
+        // An LZF string: whatever it holds, a fence no record of this mode may carry is refused.
+        let bad_fence = if mode == MODE_GATE {
+            !valid_fence(fence)
+        } else {
+            restorable(fence, now) == Some(false)
+        };
+        return if bad_fence {
+            Expect::Refused
+        } else {
+            Expect::Either
+        };
+    };
+    if mode == MODE_GATE && token.is_empty() {
+        if !valid_fence(fence) {
+            return Expect::Refused;
+        }
+        if !at_trailer(r) {
+            return Expect::Either;
+        }
+        return Expect::Gate { fence };
+    }
+    if mode != MODE_EXCLUSIVE || token.is_empty() || token.len() > MAX_TOKEN {
         return Expect::Refused;
     }
-    if ms > limit - 60_000 || r.at != payload.len() - 10 {
+    match restorable(fence, now) {
+        Some(false) => Expect::Refused,
+        Some(true) if at_trailer(r) => Expect::Lock { token, fence },
+        _ => Expect::Either,
+    }
+}
+
+/// A read/write lock or a semaphore (version 2): limit, count, then each holder's fence, lease
+/// end and token. The module reads every holder before it checks any; only the highest fence
+/// meets the restore bounds.
+fn expect_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
+    let Some(limit) = r.uint() else {
+        return Expect::Refused;
+    };
+    let Some(count) = r.uint() else {
+        return Expect::Refused;
+    };
+    // A count larger than the payload ends at the first holder that cannot be read.
+    let mut read = Vec::new();
+    for _ in 0..count {
+        let one = (|| Some((r.uint()?, r.uint()? as i64, r.string_field()?)))();
+        let Some(one) = one else {
+            return Expect::Refused;
+        };
+        read.push(one);
+    }
+    if r.value() != Some(OPCODE_EOF) {
+        return Expect::Refused;
+    }
+    let kind = match mode {
+        MODE_SHARED if limit == 0 => Kind::Shared,
+        MODE_SEMAPHORE if (1..=MAX_LIMIT).contains(&limit) => Kind::Semaphore { limit },
+        _ => return Expect::Refused,
+    };
+    if count == 0 || matches!(kind, Kind::Semaphore { limit } if count > limit) {
+        return Expect::Refused;
+    }
+    let (mut fences, mut tokens) = (HashSet::new(), HashSet::new());
+    for (fence, _, token) in &read {
+        if !valid_fence(*fence) || !fences.insert(*fence) {
+            return Expect::Refused;
+        }
+        if let Some(token) = token {
+            if token.is_empty() || token.len() > MAX_TOKEN || !tokens.insert(token.clone()) {
+                return Expect::Refused;
+            }
+        }
+    }
+    let highest = fences.iter().copied().max().unwrap_or(0);
+    match restorable(highest, now) {
+        Some(false) => return Expect::Refused,
+        None => return Expect::Either,
+        Some(true) => {}
+    }
+    let mut holds = Vec::new();
+    for (fence, expire_at, token) in read {
+        // An LZF token: not decoded here.
+        let Some(token) = token else {
+            return Expect::Either;
+        };
+        holds.push(Hold {
+            fence,
+            expire_at,
+            token,
+        });
+    }
+    if !at_trailer(r) {
         return Expect::Either;
     }
-    Expect::Lock { token, fence }
+    Expect::Holders { kind, holds }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Running cases
 // ---------------------------------------------------------------------------------------------
 
-/// The fence of the gate at `key`, if the key is a fence gate.
-fn gate_fence(con: &mut redis::Connection, key: &str) -> Option<u64> {
-    match ok(con, &rcmd!("LOCK.INFO", key)) {
-        redis::Value::Array(items)
-            if items.len() == 4
-                && as_bytes(&items[0]) == b"mode"
-                && as_bytes(&items[1]) == b"gate" =>
-        {
-            Some(as_int(&items[3]) as u64)
+/// A restored key as `LOCK.INFO` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Restored {
+    Nothing,
+    Gate { fence: u64 },
+    Lock { token: Vec<u8>, fence: u64 },
+    Holders { kind: Kind, listed: Vec<Listed> },
+}
+
+/// A holder as `LOCK.INFO` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Listed {
+    token: Vec<u8>,
+    fence: u64,
+    ttl: i64,
+}
+
+/// Field/value pairs of a reply (a flat array under RESP2, a map under RESP3).
+fn pairs(v: &Value) -> Vec<(Vec<u8>, Value)> {
+    match v {
+        Value::Array(items) => {
+            assert!(items.len() % 2 == 0, "odd-length field list {v:?}");
+            items
+                .chunks(2)
+                .map(|c| (as_bytes(&c[0]), c[1].clone()))
+                .collect()
         }
-        _ => None,
+        Value::Map(items) => items
+            .iter()
+            .map(|(k, v)| (as_bytes(k), v.clone()))
+            .collect(),
+        other => panic!("expected field/value pairs, got {other:?}"),
+    }
+}
+
+fn field(pairs: &[(Vec<u8>, Value)], name: &str) -> Value {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name.as_bytes())
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| panic!("no `{name}` in {pairs:?}"))
+}
+
+/// `LOCK.INFO key`, of any kind of lock.
+fn restored(con: &mut Connection, key: &str) -> Restored {
+    let v = ok(con, &rcmd!("LOCK.INFO", key));
+    if v == Value::Nil {
+        return Restored::Nothing;
+    }
+    let p = pairs(&v);
+    let fence = |p: &[(Vec<u8>, Value)]| as_int(&field(p, "fence")) as u64;
+    match as_bytes(&field(&p, "mode")).as_slice() {
+        b"gate" => Restored::Gate { fence: fence(&p) },
+        b"exclusive" => Restored::Lock {
+            token: as_bytes(&field(&p, "token")),
+            fence: fence(&p),
+        },
+        mode @ (b"shared" | b"semaphore") => {
+            let kind = if mode == b"shared" {
+                Kind::Shared
+            } else {
+                Kind::Semaphore {
+                    limit: as_int(&field(&p, "limit")) as u64,
+                }
+            };
+            let Value::Array(list) = field(&p, "holders") else {
+                panic!("LOCK.INFO {key}: holders are not a list: {v:?}");
+            };
+            let listed = list
+                .iter()
+                .map(|h| {
+                    let h = pairs(h);
+                    Listed {
+                        token: as_bytes(&field(&h, "token")),
+                        fence: fence(&h),
+                        ttl: as_int(&field(&h, "ttl")),
+                    }
+                })
+                .collect();
+            Restored::Holders { kind, listed }
+        }
+        other => panic!("LOCK.INFO {key}: mode {:?}: {v:?}", lossy(other)),
+    }
+}
+
+/// The holders `LOCK.INFO` listed, at some time between the Unix times `before` and `after`,
+/// for a key restored with `holds`: exactly those whose lease had not ended, in fence order,
+/// each with what is left of its lease as its TTL.
+fn check_listed(what: &str, listed: &[Listed], holds: &[Hold], before: i64, after: i64) {
+    let mut want: Vec<&Hold> = holds.iter().collect();
+    want.sort_by_key(|h| h.fence);
+    let mut shown = listed.iter().peekable();
+    for h in want {
+        match shown.peek() {
+            Some(l) if l.token == h.token => {
+                assert!(
+                    h.expire_at >= before,
+                    "{what}: a lease that ended is listed: {h:?}"
+                );
+                let ttl = h.expire_at.saturating_sub(after)..=h.expire_at.saturating_sub(before);
+                assert!(
+                    l.fence == h.fence && ttl.contains(&l.ttl),
+                    "{what}: {l:?} listed for {h:?} (TTL {ttl:?})"
+                );
+                shown.next();
+            }
+            _ => assert!(
+                h.expire_at < after,
+                "{what}: {h:?} is not listed (or out of order): {listed:?}"
+            ),
+        }
+    }
+    assert!(
+        shown.next().is_none(),
+        "{what}: listed holders that were not restored, or out of order: {listed:?} for {holds:?}"
+    );
+}
+
+/// Whether `payload` (sealed) is a record of a key with holders, by its mode.
+fn has_holders(payload: &[u8]) -> bool {
+    let mut r = Reader { b: payload, at: 1 };
+    r.value().is_some() && matches!(r.uint(), Some(MODE_SHARED | MODE_SEMAPHORE))
+}
+
+/// Whatever was accepted is a lock a server could hold.
+fn assert_plausible(what: &str, got: &Restored) {
+    let token_ok = |t: &[u8]| (1..=MAX_TOKEN).contains(&t.len());
+    match got {
+        Restored::Nothing => {}
+        Restored::Gate { fence } => assert!(valid_fence(*fence), "{what}: {got:?}"),
+        Restored::Lock { token, fence } => {
+            assert!(token_ok(token) && valid_fence(*fence), "{what}: {got:?}")
+        }
+        Restored::Holders { kind, listed } => {
+            if let Kind::Semaphore { limit } = *kind {
+                assert!(
+                    (1..=MAX_LIMIT).contains(&limit) && listed.len() as u64 <= limit,
+                    "{what}: {got:?}"
+                );
+            }
+            let tokens: HashSet<&[u8]> = listed.iter().map(|l| &l.token[..]).collect();
+            assert!(
+                tokens.len() == listed.len()
+                    && listed.windows(2).all(|w| w[0].fence < w[1].fence)
+                    && listed
+                        .iter()
+                        .all(|l| token_ok(&l.token) && valid_fence(l.fence) && l.ttl >= 0),
+                "{what}: {got:?}"
+            );
+        }
     }
 }
 
@@ -303,6 +653,8 @@ struct Bench {
     n: usize,
     accepted: usize,
     refused: usize,
+    /// Accepted keys with holders, checked holder by holder.
+    exact_holders: usize,
 }
 
 impl Bench {
@@ -322,6 +674,7 @@ impl Bench {
             n: 0,
             accepted: 0,
             refused: 0,
+            exact_holders: 0,
         };
         let base = b.dump_of("probe", b"probe-token");
         b.name_bits = module_id(&base.body) >> 10;
@@ -334,6 +687,29 @@ impl Bench {
         let payload = as_bytes(&ok(&mut self.c, &rcmd!("DUMP", key)));
         ok(&mut self.c, &rcmd!("DEL", key));
         Dump::parse(&payload)
+    }
+
+    /// A read/write lock (`options` `SHARED`) or a semaphore (`LIMIT n`) granted now to each of
+    /// `tokens`, as `DUMP` gives it, and the grants.
+    fn dump_holders(
+        &mut self,
+        key: &str,
+        tokens: &[&[u8]],
+        options: &[&str],
+    ) -> (Dump, Vec<(Vec<u8>, u64)>) {
+        let mut grants = Vec::new();
+        for token in tokens {
+            let mut cmd = rcmd!("LOCK.ACQUIRE", key, *token, "PX", 3_600_000);
+            for o in options {
+                cmd.arg(*o);
+            }
+            let (token, fence) = parse_grant(&ok(&mut self.c, &cmd))
+                .unwrap_or_else(|| panic!("{key}: {} should hold", lossy(token)));
+            grants.push((token, fence as u64));
+        }
+        let payload = as_bytes(&ok(&mut self.c, &rcmd!("DUMP", key)));
+        ok(&mut self.c, &rcmd!("DEL", key));
+        (Dump::parse(&payload), grants)
     }
 
     /// `RESTORE` of `payload` into a fresh key, and every check that follows.
@@ -356,43 +732,55 @@ impl Bench {
             }
         };
         match (want, answered) {
-            (Expect::Lock { token, fence }, true) => {
-                let held = info_some(&mut self.c, &key);
-                assert_eq!(
-                    (&held.token, held.fence as u64),
-                    (token, *fence),
-                    "{what}: restored lock"
-                );
-            }
-            (Expect::Gate { fence }, true) => {
-                assert_eq!(
-                    gate_fence(&mut self.c, &key),
-                    Some(*fence),
-                    "{what}: restored gate"
-                );
-            }
-            (Expect::Lock { .. } | Expect::Gate { .. }, false) => panic!(
-                "{what}: a valid lock payload was refused: {}",
-                err_text(r.as_ref().unwrap_err())
-            ),
             (Expect::Refused, true) => panic!(
                 "{what}: a damaged payload was accepted: {:?}",
-                info(&mut self.c, &key)
+                restored(&mut self.c, &key)
             ),
-            (_, true) if gate_fence(&mut self.c, &key).is_some() => {
-                // A gate a server could hold.
-                assert!(gate_fence(&mut self.c, &key) > Some(0), "{what}");
-            }
+            (Expect::Refused | Expect::Either, false) => {}
+            (_, false) => panic!(
+                "{what}: a valid payload was refused: {}",
+                err_text(r.as_ref().unwrap_err())
+            ),
             (_, true) => {
-                // Whatever was accepted is a lock a server could hold.
-                assert_eq!(type_of(&mut self.c, &key), "redislock", "{what}");
-                let held = info_some(&mut self.c, &key);
+                let before = now_ms();
+                let got = restored(&mut self.c, &key);
+                let after = now_ms();
+                let kind = type_of(&mut self.c, &key);
+                // A key whose every lease has ended goes once the server notices.
+                let may_be_gone = match want {
+                    Expect::Holders { holds, .. } => holds.iter().all(|h| h.expire_at < after),
+                    Expect::Either => has_holders(payload),
+                    _ => false,
+                };
                 assert!(
-                    (1..=MAX_TOKEN).contains(&held.token.len()) && held.fence > 0,
-                    "{what}: {held:?}"
+                    kind == "redislock" || (may_be_gone && kind == "none"),
+                    "{what}: the restored key is of type {kind}: {got:?}"
                 );
+                match want {
+                    _ if got == Restored::Nothing => {
+                        assert!(may_be_gone, "{what}: accepted, but LOCK.INFO shows nothing")
+                    }
+                    Expect::Lock { token, fence } => {
+                        let want = Restored::Lock {
+                            token: token.clone(),
+                            fence: *fence,
+                        };
+                        assert_eq!(got, want, "{what}: restored lock");
+                    }
+                    Expect::Gate { fence } => {
+                        assert_eq!(got, Restored::Gate { fence: *fence }, "{what}: gate");
+                    }
+                    Expect::Holders { kind, holds } => {
+                        let Restored::Holders { kind: k, listed } = &got else {
+                            panic!("{what}: restored {got:?}, not holders {holds:?}");
+                        };
+                        assert_eq!(k, kind, "{what}: restored kind");
+                        check_listed(what, listed, holds, before, after);
+                        self.exact_holders += 1;
+                    }
+                    Expect::Refused | Expect::Either => assert_plausible(what, &got),
+                }
             }
-            (_, false) => {}
         }
         if answered {
             self.accepted += 1;
@@ -490,7 +878,122 @@ fn the_encoder_writes_what_dump_writes() {
         assert_eq!(fields.body(), dump.body, "token {token:?}");
         assert_eq!(module_id(&dump.body) & 1023, ENCODING_VERSION);
     }
+    // Keys with holders: the reference decoder reads back each grant, and the encoder writes the
+    // decoded holders (in the order of their lease ends) byte for byte as DUMP did.
+    let shared: &[&[u8]] = &[b"r1", b"reader-2", b"\x00\xff\r\n*"];
+    let places: &[&[u8]] = &[b"p1", b"place-2"];
+    for (key, tokens, options, kind) in [
+        ("enc-rw", shared, &["SHARED"][..], Kind::Shared),
+        (
+            "enc-sem",
+            places,
+            &["LIMIT", "3"][..],
+            Kind::Semaphore { limit: 3 },
+        ),
+    ] {
+        let started = now_ms();
+        let (dump, mut grants) = b.dump_holders(key, tokens, options);
+        let ended = now_ms();
+        let id = module_id(&dump.body);
+        assert_eq!(id & 1023, ENCODING_VERSION, "{key}");
+        let Expect::Holders { kind: k, holds } = b.expect(&dump.seal(&dump.body)) else {
+            panic!("{key}: {:?}", b.expect(&dump.seal(&dump.body)));
+        };
+        assert_eq!(k, kind, "{key}");
+        let mut decoded: Vec<_> = holds.iter().map(|h| (h.token.clone(), h.fence)).collect();
+        decoded.sort();
+        grants.sort();
+        assert_eq!(decoded, grants, "{key}");
+        for h in &holds {
+            assert!(
+                (started + 3_600_000..=ended + 3_600_000).contains(&h.expire_at),
+                "{key}: lease end {h:?}"
+            );
+        }
+        assert_eq!(
+            HolderFields::new(id, kind, holds).body(),
+            dump.body,
+            "{key}"
+        );
+    }
     b.finish("encoder");
+}
+
+#[test]
+fn an_encoding_version_1_payload_still_restores_exactly() {
+    // The release before shared locks and semaphores wrote exclusive locks and gates with the
+    // same fields, under encoding version 1.
+    let mut b = Bench::start();
+    let base = b.dump_of("v2", b"owner");
+    let id = module_id(&base.body);
+    let v1 = (id & !1023) | LEGACY_ENCODING_VERSION;
+    let fence = fence_at(0, now_ms());
+    let epoch3 = fence_at(3, now_ms());
+    let lock = |module_id: u64, mode: u64, fence: u64, token: &[u8]| {
+        Fields {
+            module_id,
+            mode,
+            fence,
+            token: token.to_vec(),
+        }
+        .body()
+    };
+    let token = b"legacy-owner";
+    for (what, body, want) in [
+        (
+            "exclusive lock",
+            lock(v1, MODE_EXCLUSIVE, fence, token),
+            Expect::Lock {
+                token: token.to_vec(),
+                fence,
+            },
+        ),
+        (
+            "exclusive lock of epoch 3",
+            lock(v1, MODE_EXCLUSIVE, epoch3, b"e3"),
+            Expect::Lock {
+                token: b"e3".to_vec(),
+                fence: epoch3,
+            },
+        ),
+        (
+            "fence gate",
+            lock(v1, MODE_GATE, 41, b""),
+            Expect::Gate { fence: 41 },
+        ),
+        (
+            "exclusive lock, empty token",
+            lock(v1, MODE_EXCLUSIVE, fence, b""),
+            Expect::Refused,
+        ),
+        (
+            "fence 0",
+            lock(v1, MODE_EXCLUSIVE, 0, token),
+            Expect::Refused,
+        ),
+        (
+            "version 0",
+            lock(id & !1023, MODE_EXCLUSIVE, fence, token),
+            Expect::Refused,
+        ),
+        (
+            "version 3",
+            lock((id & !1023) | 3, MODE_EXCLUSIVE, fence, token),
+            Expect::Refused,
+        ),
+    ] {
+        let payload = base.seal(&body);
+        assert_eq!(b.expect(&payload), want, "{what}");
+        b.case(what, &payload, &want);
+    }
+    // Restored from version 1, the lock is dumped again as version 2 with the same fields.
+    let payload = base.seal(&lock(v1, MODE_EXCLUSIVE, fence, token));
+    ok(&mut b.c, &rcmd!("RESTORE", "legacy", 0, payload));
+    let again = Dump::parse(&as_bytes(&ok(&mut b.c, &rcmd!("DUMP", "legacy"))));
+    assert_eq!(again.body, lock(id, MODE_EXCLUSIVE, fence, token));
+    assert_eq!(module_id(&again.body) & 1023, ENCODING_VERSION);
+    assert_eq!(release(&mut b.c, "legacy", token), 1);
+    b.finish("version 1");
 }
 
 #[test]
@@ -563,8 +1066,172 @@ fn forged_fences_are_refused_and_the_clock_is_not_poisoned() {
     b.finish("forged fences");
 }
 
+#[test]
+fn forged_holder_records_get_an_exact_answer() {
+    let mut b = Bench::start();
+    let base = b.dump_of("forge", b"forged");
+    let id = module_id(&base.body);
+    let v1 = (id & !1023) | LEGACY_ENCODING_VERSION;
+    let now = now_ms();
+    let lease = now + 3_600_000;
+    let f = |n: u64| fence_at(0, now) + n;
+    let two = || vec![hold(b"r1", f(1), lease), hold(b"r2", f(2), lease)];
+    let shared = |holds: Vec<Hold>| HolderFields::new(id, Kind::Shared, holds);
+    let sem =
+        |limit: u64, holds: Vec<Hold>| HolderFields::new(id, Kind::Semaphore { limit }, holds);
+    let with = |mut fields: HolderFields, change: &dyn Fn(&mut HolderFields)| {
+        change(&mut fields);
+        fields
+    };
+    let accepted = |fields: &HolderFields| {
+        let kind = match fields.mode {
+            MODE_SHARED => Kind::Shared,
+            _ => Kind::Semaphore {
+                limit: fields.limit,
+            },
+        };
+        Expect::Holders {
+            kind,
+            holds: fields.holds.clone(),
+        }
+    };
+    let one_fence = |fence: u64| shared(vec![hold(b"r1", f(1), lease), hold(b"r2", fence, lease)]);
+    let refused: Vec<(&str, HolderFields)> = vec![
+        (
+            "count larger than the payload",
+            with(shared(two()), &|x| x.count = 3),
+        ),
+        ("count 2^64-1", with(sem(3, two()), &|x| x.count = u64::MAX)),
+        ("count 2^32", with(shared(two()), &|x| x.count = 1 << 32)),
+        (
+            "count smaller than the holders",
+            with(shared(two()), &|x| x.count = 1),
+        ),
+        ("no holders", shared(vec![])),
+        (
+            "duplicate token",
+            shared(vec![hold(b"r1", f(1), lease), hold(b"r1", f(2), lease)]),
+        ),
+        (
+            "duplicate fence",
+            sem(3, vec![hold(b"r1", f(1), lease), hold(b"r2", f(1), lease)]),
+        ),
+        ("more holders than LIMIT 1", sem(1, two())),
+        ("semaphore LIMIT 0", sem(0, two())),
+        ("semaphore LIMIT 1000001", sem(MAX_LIMIT + 1, two())),
+        ("semaphore LIMIT 2^32", sem(1 << 32, two())),
+        ("semaphore LIMIT 2^32+2", sem((1 << 32) + 2, two())),
+        ("semaphore LIMIT 2^64-1", sem(u64::MAX, two())),
+        ("shared with a limit", with(shared(two()), &|x| x.limit = 3)),
+        (
+            "empty token",
+            shared(vec![hold(b"r1", f(1), lease), hold(b"", f(2), lease)]),
+        ),
+        (
+            "513-byte token",
+            sem(3, vec![hold(&[b't'; MAX_TOKEN + 1], f(1), lease)]),
+        ),
+        ("fence 0", one_fence(0)),
+        ("fence 2^63", one_fence(1 << 63)),
+        ("fence 2^64-1", one_fence(u64::MAX)),
+        ("fence 2^63-1", one_fence(i64::MAX as u64)),
+        (
+            "fence two days ahead",
+            one_fence(fence_at(0, now + 2 * DAY_MS)),
+        ),
+        ("fence 65 promotions ahead", one_fence(fence_at(65, now))),
+        (
+            "shared under version 1",
+            with(shared(two()), &|x| x.module_id = v1),
+        ),
+        (
+            "semaphore under version 1",
+            with(sem(3, two()), &|x| x.module_id = v1),
+        ),
+        (
+            "shared under version 0",
+            with(shared(two()), &|x| x.module_id = id & !1023),
+        ),
+        (
+            "shared under version 3",
+            with(shared(two()), &|x| x.module_id = (id & !1023) | 3),
+        ),
+        (
+            "semaphore under version 1023",
+            with(sem(3, two()), &|x| x.module_id = id | 1023),
+        ),
+        ("mode 4", with(sem(3, two()), &|x| x.mode = 4)),
+    ];
+    for (what, fields) in &refused {
+        let payload = base.seal(&fields.body());
+        assert_eq!(b.expect(&payload), Expect::Refused, "{what}");
+        b.case(what, &payload, &Expect::Refused);
+    }
+    assert!(
+        b.s.log().contains("refused a restored lock"),
+        "no warning logged\n{}",
+        b.s.log_tail(10)
+    );
+    // Nothing refused moved the fence clock.
+    assert_eq!(b.last_fence >> EPOCH_SHIFT, 0);
+    assert!(b.last_fence < fence_at(0, now_ms() + 60_000) as i64);
+    let long = [b'l'; MAX_TOKEN];
+    let ok_cases: Vec<(&str, HolderFields)> = vec![
+        ("shared, two holders", shared(two())),
+        (
+            "shared, three holders",
+            shared(vec![
+                hold(b"r1", f(3), lease),
+                hold(b"\x00\r\n", f(1), lease + 1),
+                hold(b"12345", f(2), lease),
+            ]),
+        ),
+        ("semaphore LIMIT 3, two holders", sem(3, two())),
+        ("semaphore LIMIT 2, full", sem(2, two())),
+        ("semaphore LIMIT 1000000", sem(MAX_LIMIT, two())),
+        ("512-byte token", sem(1, vec![hold(&long, f(1), lease)])),
+        (
+            "a lease that ended",
+            shared(vec![
+                hold(b"r1", f(1), lease),
+                hold(b"gone", f(2), now - 60_000),
+            ]),
+        ),
+        (
+            "every lease ended",
+            sem(3, vec![hold(b"r1", f(1), -1), hold(b"r2", f(2), i64::MIN)]),
+        ),
+        (
+            "lease until the end of time",
+            shared(vec![hold(b"r1", f(1), i64::MAX)]),
+        ),
+        (
+            "fence 23 hours ahead",
+            one_fence(fence_at(0, now + 23 * 3_600_000)),
+        ),
+        ("fence 64 promotions ahead", one_fence(fence_at(64, now))),
+    ];
+    for (what, fields) in &ok_cases {
+        let payload = base.seal(&fields.body());
+        let want = accepted(fields);
+        assert_eq!(b.expect(&payload), want, "{what}");
+        b.case(what, &payload, &want);
+    }
+    println!(
+        "RESTORE-FORGED-HOLDERS cases={} accepted={} (holders checked exactly: {}) refused={}",
+        b.n, b.accepted, b.exact_holders, b.refused
+    );
+    b.finish("forged holders");
+}
+
+/// The last bases are keys with holders.
+const HOLDER_BASES: usize = 3;
+
 /// Base payloads: real `DUMP`s of locks with tokens of different lengths and contents (some
-/// compressed by Redis), and fences of every length encoding (restored, then dumped again).
+/// compressed by Redis), and fences of every length encoding (restored, then dumped again);
+/// then (`HOLDER_BASES`) a read/write lock with three `SHARED` holders, a semaphore with
+/// `LIMIT 3` and two holders (one token saved as an integer), and a read/write lock with a
+/// holder whose token Redis compresses.
 fn bases(b: &mut Bench) -> Vec<Dump> {
     let mut rng = StdRng::seed_from_u64(7);
     let random: Vec<u8> = (0..MAX_TOKEN).map(|_| rng.gen()).collect();
@@ -594,6 +1261,14 @@ fn bases(b: &mut Bench) -> Vec<Dump> {
         let dump = as_bytes(&ok(&mut b.c, &rcmd!("DUMP", "base")));
         ok(&mut b.c, &rcmd!("DEL", "base"));
         out.push(Dump::parse(&dump));
+    }
+    let holders: [(&[&[u8]], &[&str]); HOLDER_BASES] = [
+        (&[b"reader-1", &random[32..62], b"r3"], &["SHARED"]),
+        (&[b"place-a", b"12345"], &["LIMIT", "3"]),
+        (&[b"a", &[b'q'; 80]], &["SHARED"]),
+    ];
+    for (tokens, options) in holders {
+        out.push(b.dump_holders("base", tokens, options).0);
     }
     out
 }
@@ -648,7 +1323,8 @@ fn mutate(rng: &mut StdRng, body: &[u8], id: u64) -> (String, Vec<u8>) {
             b.extend((0..n).map(|_| rng.gen::<u8>()));
             (format!("{n} trailing bytes"), b)
         }
-        _ => structured(rng, id),
+        6 | 7 => structured(rng, id),
+        _ => structured_holders(rng, id),
     }
 }
 
@@ -676,7 +1352,8 @@ fn structured(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
         id,
         id,
         id & !1023,
-        (id & !1023) | 2,
+        (id & !1023) | LEGACY_ENCODING_VERSION,
+        (id & !1023) | 3,
         (id & !1023) | 1023,
         id ^ (1 << 20),
         id ^ (1 << 63),
@@ -684,7 +1361,9 @@ fn structured(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
     ];
     let mut f = Fields {
         module_id: ids[rng.gen_range(0..ids.len())],
-        mode: *[0, 0, 0, 1, u64::MAX].get(rng.gen_range(0..5)).unwrap(),
+        mode: *[0, 0, 0, 1, MODE_SHARED, MODE_SEMAPHORE, u64::MAX]
+            .get(rng.gen_range(0..7))
+            .unwrap(),
         fence: fences[rng.gen_range(0..fences.len())],
         token: vec![b't'; 5],
     };
@@ -757,6 +1436,106 @@ fn structured(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
     (label, body)
 }
 
+/// A key with holders built from fields at their extremes: kinds and limits, counts that lie,
+/// tokens and fences at their bounds or repeated, leases that ended, another encoding version.
+fn structured_holders(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
+    let now = now_ms();
+    let pick = |rng: &mut StdRng, from: &[u64]| from[rng.gen_range(0..from.len())];
+    let fences = [
+        0,
+        1,
+        i64::MAX as u64,
+        1 << 63,
+        u64::MAX,
+        fence_at(0, now + 2 * DAY_MS),
+        fence_at(0, now + DAY_MS / 2),
+        fence_at(64, now),
+        fence_at(65, now),
+        rng.gen::<u64>() >> 1,
+    ];
+    let leases = [-1, 0, i64::MIN, i64::MAX, now - 60_000];
+    let token_lens = [0usize, 1, 2, MAX_TOKEN, MAX_TOKEN + 1];
+    let n = rng.gen_range(0..=4u64);
+    let mut holds: Vec<Hold> = (0..n)
+        .map(|i| Hold {
+            fence: if rng.gen_bool(0.8) {
+                fence_at(0, now) + i + 1
+            } else {
+                pick(rng, &fences)
+            },
+            expire_at: if rng.gen_bool(0.8) {
+                now + 3_600_000
+            } else {
+                leases[rng.gen_range(0..leases.len())]
+            },
+            token: if rng.gen_bool(0.8) {
+                format!("h{i}").into_bytes()
+            } else {
+                let len = token_lens[rng.gen_range(0..token_lens.len())];
+                (0..len).map(|_| rng.gen()).collect()
+            },
+        })
+        .collect();
+    // A token or a fence twice.
+    if n >= 2 && rng.gen_bool(0.2) {
+        let (from, to) = (0, rng.gen_range(1..n as usize));
+        if rng.gen() {
+            holds[to].token = holds[from].token.clone();
+        } else {
+            holds[to].fence = holds[from].fence;
+        }
+    }
+    let versions = [ENCODING_VERSION, LEGACY_ENCODING_VERSION, 0, 3, 1023];
+    let version = if rng.gen_bool(0.8) {
+        ENCODING_VERSION
+    } else {
+        pick(rng, &versions)
+    };
+    let mode = pick(rng, &[MODE_SHARED, MODE_SEMAPHORE, MODE_SEMAPHORE, 4]);
+    let limits = [1, 2, 3, MAX_LIMIT, 0, MAX_LIMIT + 1, 1 << 32, (1 << 32) + 2];
+    let limit = match (mode, rng.gen_bool(0.8)) {
+        (MODE_SHARED, true) => 0,
+        (_, true) => n.max(pick(rng, &[1, 3])),
+        _ => pick(rng, &limits),
+    };
+    let count = if rng.gen_bool(0.8) {
+        n
+    } else {
+        pick(rng, &[n + 1, n.saturating_sub(1), 1 << 32, u64::MAX])
+    };
+    let f = HolderFields {
+        module_id: (id & !1023) | version,
+        mode,
+        limit,
+        count,
+        holds,
+    };
+    let label = format!(
+        "holders version={version} mode={mode} limit={limit} count={count} holds={:?}",
+        f.holds
+            .iter()
+            .map(|h| (h.fence, h.expire_at, h.token.len()))
+            .collect::<Vec<_>>()
+    );
+    let mut body = f.body();
+    match rng.gen_range(0..6) {
+        0 => {
+            body.pop();
+            if rng.gen() {
+                body.push(0x02);
+            }
+            (format!("{label}, no end marker"), body)
+        }
+        1 => {
+            // The limit's opcode says "string".
+            let at = 1 + enc_len(f.module_id).len() + 1 + enc_len(f.mode).len();
+            body[at] = OPCODE_STRING as u8;
+            (format!("{label}, limit typed as a string"), body)
+        }
+        _ => (label, body),
+    }
+}
+
 fn fuzz_cases() -> usize {
     std::env::var("REDISLOCK_RESTORE_FUZZ_CASES")
         .ok()
@@ -775,8 +1554,13 @@ fn fuzz_seed() -> u64 {
 fn truncated_at_every_length() {
     let mut b = Bench::start();
     let all = bases(&mut b);
-    // Short and long tokens, and a compressed one: every prefix of the body, resealed.
-    for base in [&all[0], &all[3], &all[6], &all[7]] {
+    // Short and long tokens, a compressed one, and every key with holders: every prefix of the
+    // body, resealed.
+    let holders = &all[all.len() - HOLDER_BASES..];
+    for base in [&all[0], &all[3], &all[6], &all[7]]
+        .into_iter()
+        .chain(holders)
+    {
         for n in 0..base.body.len() {
             let body = &base.body[..n];
             let payload = base.seal(body);
@@ -785,7 +1569,10 @@ fn truncated_at_every_length() {
         }
         // The payload itself, and without its CRC recomputed after a change.
         let want = b.expect(&base.seal(&base.body));
-        assert!(matches!(want, Expect::Lock { .. } | Expect::Either));
+        assert!(matches!(
+            want,
+            Expect::Lock { .. } | Expect::Holders { .. } | Expect::Either
+        ));
         b.case("unchanged", &base.seal(&base.body), &want);
         let mut bad_crc = base.seal(&base.body);
         let last = bad_crc.len() - 1;
@@ -814,8 +1601,15 @@ fn mutated_payloads_never_hurt_the_server() {
     let all = bases(&mut b);
     let id = module_id(&all[0].body);
     let started = Instant::now();
+    let holders = all.len() - HOLDER_BASES;
     for i in 0..cases {
-        let base = &all[rng.gen_range(0..all.len())];
+        // More than a third of the cases start from a key with holders.
+        let at = if rng.gen_bool(0.3) {
+            rng.gen_range(holders..all.len())
+        } else {
+            rng.gen_range(0..all.len())
+        };
+        let base = &all[at];
         let (label, body) = mutate(&mut rng, &base.body, id);
         let payload = base.seal(&body);
         let want = b.expect(&payload);
@@ -824,9 +1618,11 @@ fn mutated_payloads_never_hurt_the_server() {
     }
     b.finish(&format!("seed {seed}"));
     println!(
-        "RESTORE-FUZZ-SUMMARY cases={} accepted={} refused={} seed={seed} secs={}",
+        "RESTORE-FUZZ-SUMMARY cases={} accepted={} (holders checked exactly: {}) refused={} \
+         seed={seed} secs={}",
         b.n,
         b.accepted,
+        b.exact_holders,
         b.refused,
         started.elapsed().as_secs()
     );

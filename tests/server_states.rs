@@ -436,3 +436,154 @@ fn a_demoted_server_releases_nothing_when_an_ephemeral_holder_leaves() {
     assert_alive(&m);
     assert_eq!(digest(&m), digest(&other));
 }
+
+// ---------------------------------------------------------------------------------------------
+// The end of one holder's lease (shared locks and semaphores), a write the module makes alone
+// ---------------------------------------------------------------------------------------------
+
+/// A semaphore of two places: `stays` for a minute, `short` for a minute too (cut short by the
+/// test), and `waiter` queued for a place. The key's own TTL is `stays`'s lease, so what frees
+/// the place is the module ending `short`'s lease, never Redis expiring the key.
+fn semaphore_with_waiter(m: &Server) -> Waiter {
+    let mut c = m.conn();
+    crate::kinds::place(&mut c, "k", "stays", 60_000, 2);
+    crate::kinds::place(&mut c, "k", "short", 60_000, 2);
+    let w = spawn_waiter_with(m, "k", "waiter", 30_000, 0, &["LIMIT", "2"]);
+    wait_waiters(&mut c, "k", 1);
+    w
+}
+
+fn holders(server: &Server) -> Vec<String> {
+    crate::kinds::info_of(&mut server.conn(), "k").tokens()
+}
+
+#[test]
+fn a_lease_end_waits_for_every_client_pause() {
+    for (pause, aof) in PAUSES {
+        let what = format!("lease end during CLIENT PAUSE {pause}, appendonly {aof}");
+        let m = Server::builder()
+            .set("appendonly", if aof { "yes" } else { "no" })
+            .set("appendfsync", "always")
+            .start();
+        let r = Server::start_replica_of(&m);
+        let rx = semaphore_with_waiter(&m);
+        let pause_ms = 900;
+        let paused_at = Instant::now();
+        let pause_cmd: &[&str] = &["CLIENT", "PAUSE", &pause_ms.to_string(), pause];
+        let _pipe = pipeline(
+            &m,
+            &[&["LOCK.EXTEND", "k", "short", "PX", "150"], pause_cmd],
+        );
+        let quiet = Duration::from_millis(pause_ms - 250).saturating_sub(paused_at.elapsed());
+        no_answer_for(&rx, quiet, &what);
+        assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+        assert!(
+            paused_at.elapsed() >= Duration::from_millis(pause_ms - 50),
+            "{what}: granted {:?} after the pause began",
+            paused_at.elapsed()
+        );
+        assert_eq!(holders(&m), ["stays", "waiter"], "{what}");
+        assert_eq!(stat(&m, "lease_ends"), 1, "{what}");
+        assert_alive(&m);
+        wait_replica_caught_up(&m, &r);
+        assert_eq!(digest(&m), digest(&r), "{what}: master and replica differ");
+        assert_eq!(holders(&r), ["stays", "waiter"], "{what}");
+    }
+}
+
+#[test]
+fn failover_while_a_contended_holder_lease_ends() {
+    let m = Server::builder()
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let rx = semaphore_with_waiter(&m);
+    let mut c = m.conn();
+    assert_eq!(extend_px(&mut c, "k", b"short", 200), 1);
+    let frozen = Frozen::new(&m, &r);
+    ok(&mut c, &rcmd!("FAILOVER", "TIMEOUT", 10_000));
+    no_answer_for(&rx, Duration::from_millis(500), "FAILOVER pause");
+    drop(frozen);
+    r.wait_info("replication", "role", "master");
+    m.wait_info("replication", "role", "slave");
+    m.wait_info("replication", "master_link_status", "up");
+    match answer_within(&rx, Duration::from_secs(5)).reply {
+        Err(e) => assert!(
+            e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
+            "waiter answered {e}"
+        ),
+        other => panic!("a demoted master granted {other:?}"),
+    }
+    // The new master ends the lease its old master left.
+    wait_until(
+        "the new master to end the lease",
+        Duration::from_secs(5),
+        || holders(&r) == ["stays"] && stat(&r, "lease_ends") == 1,
+    );
+    assert_alive(&m);
+    assert_alive(&r);
+    wait_replica_caught_up(&r, &m);
+    assert_eq!(digest(&m), digest(&r));
+}
+
+#[test]
+fn graceful_shutdown_with_replicas_while_a_holder_lease_ends() {
+    let mut m = Server::builder()
+        .set("appendonly", "yes")
+        .set("shutdown-timeout", "10")
+        .start();
+    let r = Server::start_replica_of(&m);
+    let rx = semaphore_with_waiter(&m);
+    let mut c = m.conn();
+    assert_eq!(extend_px(&mut c, "k", b"short", 200), 1);
+    let frozen = Frozen::new(&m, &r);
+    let mut sc = m.conn();
+    let shutdown = thread::spawn(move || {
+        let _ = run(&mut sc, &rcmd!("SHUTDOWN"));
+    });
+    no_answer_for(&rx, Duration::from_millis(500), "SHUTDOWN pause");
+    drop(frozen);
+    assert!(m.wait_exit(), "the server did not exit\n{}", m.log_tail(30));
+    shutdown.join().unwrap();
+    assert!(m.crash_lines().is_empty(), "{:?}", m.crash_lines());
+    if let Ok(g @ redis::Value::Array(_)) = answer_within(&rx, Duration::from_secs(5)).reply {
+        panic!("granted {g:?} during a shutdown pause");
+    }
+    assert_alive(&r);
+    // The replica got the grants and the extend, and no lease end.
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut r.conn())
+        .unwrap();
+    let applied = field(&stats, "cmdstat_lock._hold").unwrap_or_default();
+    assert!(applied.starts_with("calls=3,"), "{applied}");
+}
+
+#[test]
+fn unmet_min_replicas_and_a_full_memory_with_a_holder_lease_ending() {
+    let m = Server::builder()
+        .set("min-replicas-to-write", "1")
+        .set("min-replicas-max-lag", "10")
+        .set("maxmemory-policy", "noeviction")
+        .start();
+    let mut r = Server::start_replica_of(&m);
+    let rx = semaphore_with_waiter(&m);
+    let mut c = m.conn();
+    assert_eq!(extend_px(&mut c, "k", b"short", 300), 1);
+    r.stop(Stop::Kill);
+    m.wait_info("replication", "min_slaves_good_slaves", "0");
+    // The lease end is a write, and writes need a replica.
+    no_answer_for(&rx, Duration::from_millis(600), "min-replicas unmet");
+    assert_eq!(stat(&m, "lease_ends"), 0);
+    // A full memory does not hold it back (it frees a place and fills it again).
+    ok(&mut c, &rcmd!("CONFIG", "SET", "maxmemory", "1"));
+    ok(
+        &mut c,
+        &rcmd!("CONFIG", "SET", "min-replicas-to-write", "0"),
+    );
+    assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
+    ok(&mut c, &rcmd!("CONFIG", "SET", "maxmemory", "0"));
+    assert_eq!(holders(&m), ["stays", "waiter"]);
+    assert_alive(&m);
+}

@@ -20,6 +20,7 @@ mod failover;
 mod faults;
 mod fuzz_commands;
 mod guarded;
+mod kinds;
 mod persistence;
 mod redaction;
 mod redlock;

@@ -633,6 +633,7 @@ fn analyse(shared: &Shared, holds: &[Hold], workers: usize) -> (usize, usize, f6
 
 #[test]
 fn mutual_exclusion_under_contention() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cfg = config();
     eprintln!(
         "torture: {} s, {} workers, {LOCKS} locks, seed {} (REDISLOCK_STRESS_SEED)",
@@ -727,6 +728,360 @@ fn mutual_exclusion_under_contention() {
             "no {what} in the run: the checks proved nothing about them"
         );
     }
+    assert!(
+        violations.is_empty(),
+        "{} violations (seed {}); first ones:\n{}\n{}",
+        violations.len(),
+        cfg.seed,
+        violations
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n"),
+        server.log_tail(20)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Semaphores: never more holders than places
+// ---------------------------------------------------------------------------------------------
+
+/// The two tests of this binary load the machine; they take turns.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const SEMAPHORES: usize = 2;
+const PLACES: usize = 3;
+
+/// A resource that `PLACES` holders may use at once, checking fences: it knows each holder's
+/// fence and the end of its provable lease.
+#[derive(Default)]
+struct Places {
+    /// fence → (worker, end of the holder's provable lease)
+    inside: BTreeMap<i64, (usize, Instant)>,
+    accepted: u64,
+    rejected: u64,
+}
+
+#[derive(Default)]
+struct SemStats {
+    grants: AtomicU64,
+    blocked_grants: AtomicU64,
+    timeouts: AtomicU64,
+    extends: AtomicU64,
+    releases: AtomicU64,
+    overruns: AtomicU64,
+    stale_rejected: AtomicU64,
+    stale_unverified: AtomicU64,
+    writes: AtomicU64,
+    checks: AtomicU64,
+    most_inside: AtomicU64,
+}
+
+struct SemShared {
+    start: Instant,
+    places: Vec<Mutex<Places>>,
+    violations: Mutex<Vec<String>>,
+    stats: SemStats,
+    /// (semaphore, fence, grant sent, grant arrived)
+    grants: Mutex<Vec<(usize, i64, Instant, Instant)>>,
+}
+
+impl SemShared {
+    fn violation(&self, msg: String) {
+        let mut v = self.violations.lock().unwrap();
+        if v.len() < 1000 {
+            v.push(msg);
+        }
+    }
+
+    fn ms(&self, t: Instant) -> String {
+        format!(
+            "{:.1}ms",
+            t.duration_since(self.start).as_secs_f64() * 1000.0
+        )
+    }
+
+    /// A fenced write by holder `fence`, whose provable lease ends at `until`. Holders still
+    /// inside their own provable lease are live: more than `PLACES` of them at once is a
+    /// violation. A write from a holder past its lease is refused once `PLACES` newer holders are
+    /// live (it has lost its place), and cannot be judged otherwise.
+    fn write(&self, sem: usize, fence: i64, worker: usize, until: Instant) {
+        let mut p = self.places[sem].lock().unwrap();
+        let now = Instant::now();
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        p.inside.retain(|_, (_, end)| *end > now);
+        let newer = p.inside.range(fence + 1..).count();
+        if now < until {
+            p.inside.insert(fence, (worker, until));
+            self.stats.checks.fetch_add(1, Ordering::Relaxed);
+            let live = p.inside.len();
+            self.stats
+                .most_inside
+                .fetch_max(live as u64, Ordering::Relaxed);
+            if live > PLACES {
+                let who: Vec<String> = p
+                    .inside
+                    .iter()
+                    .map(|(f, (w, end))| format!("worker {w} fence {f} until {}", self.ms(*end)))
+                    .collect();
+                self.violation(format!(
+                    "semaphore {sem}: {live} live holders at {} (limit {PLACES}): {}",
+                    self.ms(now),
+                    who.join(", ")
+                ));
+            }
+            p.accepted += 1;
+        } else if newer >= PLACES {
+            p.rejected += 1;
+            self.stats.stale_rejected.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stats.stale_unverified.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn leave(&self, sem: usize, fence: i64) {
+        self.places[sem].lock().unwrap().inside.remove(&fence);
+    }
+}
+
+fn sem_key(sem: usize) -> String {
+    format!("torture:sem:{sem}")
+}
+
+/// The end of `token`'s lease as the server reports it, as a lower bound on this process's
+/// clock: `LOCK.INFO`'s `ttl` counts from the server's clock when it answered, which is no
+/// earlier than when the request was sent.
+fn holder_lease_end(con: &mut Connection, key: &str, token: &str) -> Option<Instant> {
+    let sent_ms = wall_us().div_euclid(1000);
+    let v = run(con, &rcmd!("LOCK.INFO", key)).ok()?;
+    let Value::Array(fields) = v else {
+        return None;
+    };
+    let Some(Value::Array(holders)) = fields.last() else {
+        return None;
+    };
+    holders.iter().find_map(|h| {
+        let Value::Array(p) = h else { return None };
+        (as_bytes(&p[1]) == token.as_bytes()).then(|| {
+            let ttl = as_int(&p[5]);
+            // The server keeps the hold until its clock has passed the lease end.
+            wall_to_instant(sent_ms + ttl) - MARGIN
+        })
+    })
+}
+
+fn sem_worker(shared: &SemShared, con: &mut Connection, id: usize, seed: u64, deadline: Instant) {
+    let mut rng = StdRng::seed_from_u64(seed ^ (id as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        seq += 1;
+        let sem = rng.gen_range(0..SEMAPHORES);
+        let key = sem_key(sem);
+        let token = format!("s{id}-{seq}");
+        let ttl: u64 = rng.gen_range(30..=120);
+        let block: u64 = rng.gen_range(100..=800);
+        let sent = Instant::now();
+        let reply = run(
+            con,
+            &rcmd!(
+                "LOCK.ACQUIRE",
+                &key,
+                &token,
+                "PX",
+                ttl,
+                "LIMIT",
+                PLACES,
+                "BLOCK",
+                block
+            ),
+        );
+        let arrived = Instant::now();
+        let fence = match reply.map(|v| parse_grant(&v)) {
+            Ok(Some((_, fence))) => fence,
+            Ok(None) => {
+                shared.stats.timeouts.fetch_add(1, Ordering::Relaxed);
+                if arrived + Duration::from_millis(1) < sent + Duration::from_millis(block) {
+                    shared.violation(format!(
+                        "semaphore {sem}: worker {id} BLOCK {block} answered nil after {:?}",
+                        arrived.duration_since(sent)
+                    ));
+                }
+                continue;
+            }
+            Err(e) => {
+                shared.violation(format!(
+                    "worker {id}: LOCK.ACQUIRE failed: {}",
+                    err_text(&e)
+                ));
+                return;
+            }
+        };
+        shared.stats.grants.fetch_add(1, Ordering::Relaxed);
+        if arrived.duration_since(sent) > Duration::from_millis(5) {
+            shared.stats.blocked_grants.fetch_add(1, Ordering::Relaxed);
+        }
+        shared
+            .grants
+            .lock()
+            .unwrap()
+            .push((sem, fence, sent, arrived));
+        let Some(mut until) = holder_lease_end(con, &key, &token) else {
+            continue;
+        };
+        shared.write(sem, fence, id, until);
+        if rng.gen_bool(0.3) && Instant::now() + Duration::from_millis(5) < until {
+            let extended = as_int(&ok(con, &rcmd!("LOCK.EXTEND", &key, &token, "PX", ttl)));
+            if extended != 1 {
+                shared.violation(format!(
+                    "semaphore {sem}: worker {id} (fence {fence}) could not extend a live hold"
+                ));
+            }
+            shared.stats.extends.fetch_add(1, Ordering::Relaxed);
+            if let Some(u) = holder_lease_end(con, &key, &token) {
+                until = u;
+            }
+            shared.write(sem, fence, id, until);
+        }
+        if rng.gen_bool(0.15) {
+            // Overrun: keep working past the lease, then try a stale write and a release.
+            shared.stats.overruns.fetch_add(1, Ordering::Relaxed);
+            thread::sleep(
+                until.saturating_duration_since(Instant::now()) + Duration::from_millis(20),
+            );
+            shared.write(sem, fence, id, until);
+            let released = as_int(&ok(con, &rcmd!("LOCK.RELEASE", &key, &token)));
+            if released != 0 {
+                shared.violation(format!(
+                    "semaphore {sem}: worker {id} (fence {fence}) released a hold 20 ms past its lease"
+                ));
+            }
+            continue;
+        }
+        thread::sleep(Duration::from_millis(rng.gen_range(0..=10)));
+        // Leave the resource before the release is sent: the place is free from then on.
+        shared.leave(sem, fence);
+        if Instant::now() < until {
+            let released = as_int(&ok(con, &rcmd!("LOCK.RELEASE", &key, &token)));
+            if released != 1 && Instant::now() < until {
+                shared.violation(format!(
+                    "semaphore {sem}: worker {id} (fence {fence}) could not release a live hold"
+                ));
+            }
+            shared.stats.releases.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[test]
+fn a_semaphore_never_has_more_holders_than_places() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = config();
+    let workers = env_u64("REDISLOCK_STRESS_SEM_WORKERS").unwrap_or(16) as usize;
+    eprintln!(
+        "semaphore torture: {} s, {workers} workers, {SEMAPHORES} semaphores of {PLACES} places, \
+         seed {}",
+        cfg.secs, cfg.seed
+    );
+    let server = Server::start();
+    let shared = Arc::new(SemShared {
+        start: Instant::now(),
+        places: (0..SEMAPHORES).map(|_| Mutex::default()).collect(),
+        violations: Mutex::default(),
+        stats: SemStats::default(),
+        grants: Mutex::default(),
+    });
+    let deadline = Instant::now() + Duration::from_secs(cfg.secs);
+    let handles: Vec<_> = (0..workers)
+        .map(|id| {
+            let shared = Arc::clone(&shared);
+            let mut con = server.conn();
+            let seed = cfg.seed;
+            thread::spawn(move || sem_worker(&shared, &mut con, id, seed, deadline))
+        })
+        .collect();
+    for h in handles {
+        if h.join().is_err() {
+            shared.violation("a worker panicked".into());
+        }
+    }
+    // Fences are unique and follow the order of the grants: one whose reply arrived before
+    // another was asked for is smaller.
+    let grants = shared.grants.lock().unwrap().clone();
+    let fences: HashSet<i64> = grants.iter().map(|g| g.1).collect();
+    if fences.len() != grants.len() {
+        shared.violation("a fence was granted twice".into());
+    }
+    let mut by_arrival = grants.clone();
+    by_arrival.sort_by_key(|g| g.3);
+    let mut highest_done: BTreeMap<usize, (i64, Instant)> = BTreeMap::new();
+    let mut by_sent = grants.clone();
+    by_sent.sort_by_key(|g| g.2);
+    let mut i = 0;
+    for &(sem, fence, sent, _) in &by_sent {
+        while i < by_arrival.len() && by_arrival[i].3 < sent {
+            let (s, f, _, a) = by_arrival[i];
+            let e = highest_done.entry(s).or_insert((f, a));
+            if f > e.0 {
+                *e = (f, a);
+            }
+            i += 1;
+        }
+        if let Some(&(f, _)) = highest_done.get(&sem) {
+            if fence <= f {
+                shared.violation(format!(
+                    "semaphore {sem}: fence {fence} granted after fence {f} had been received"
+                ));
+            }
+        }
+    }
+    let mut con = server.conn();
+    ping(&mut con);
+    let waiters = stat(&server, "waiters");
+    let lease_ends = stat(&server, "lease_ends");
+    let handoffs = stat(&server, "handoffs");
+    let s = &shared.stats;
+    let violations = shared.violations.lock().unwrap();
+    let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    println!(
+        "SEMAPHORE-TORTURE-SUMMARY secs={} workers={workers} places={PLACES} seed={} grants={} \
+         blocked_grants={} timeouts={} extends={} releases={} overruns={} stale_rejected={} \
+         stale_unverified={} writes={} checks={} most_inside={} lease_ends={lease_ends} \
+         handoffs={handoffs} violations={}",
+        cfg.secs,
+        cfg.seed,
+        load(&s.grants),
+        load(&s.blocked_grants),
+        load(&s.timeouts),
+        load(&s.extends),
+        load(&s.releases),
+        load(&s.overruns),
+        load(&s.stale_rejected),
+        load(&s.stale_unverified),
+        load(&s.writes),
+        load(&s.checks),
+        load(&s.most_inside),
+        violations.len()
+    );
+    assert_eq!(waiters, 0, "waiters left after every worker stopped");
+    for (what, n) in [
+        ("grants after waiting", load(&s.blocked_grants)),
+        ("handoffs (INFO redislock)", handoffs as u64),
+        ("lease ends (INFO redislock)", lease_ends as u64),
+        ("TTL overruns", load(&s.overruns)),
+        ("stale writes refused", load(&s.stale_rejected)),
+        ("extensions", load(&s.extends)),
+    ] {
+        assert!(
+            n > 0,
+            "no {what} in the run: the checks proved nothing about them"
+        );
+    }
+    assert_eq!(
+        load(&s.most_inside),
+        PLACES as u64,
+        "the places were never all taken at once: the limit was not tested"
+    );
     assert!(
         violations.is_empty(),
         "{} violations (seed {}); first ones:\n{}\n{}",

@@ -10,23 +10,40 @@ export interface AcquireOptions {
   wait?: number;
   /** The owner token; default: 128 random bits as 32 hex characters. The same token re-grants. */
   token?: string;
-  /** A shared (read) hold (servers with SHARED). */
+  /** A shared (read) hold of a read/write lock (SHARED): many at once, never with an exclusive one. */
   shared?: boolean;
-  /** One of `limit` places of a semaphore (servers with LIMIT). */
+  /** One of `limit` places (1 to 1,000,000) of a semaphore (LIMIT); every hold of the key gives the same limit. */
   limit?: number;
-  /** Released when this connection closes (servers with EPHEMERAL). */
+  /** Released when the connection that asked closes (EPHEMERAL). */
   ephemeral?: boolean;
 }
 
+/** One holder of a lock, as LOCK.INFO lists it. */
+export interface HolderInfo {
+  token: string;
+  fence: bigint;
+  /** Remaining milliseconds of this holder's own lease. */
+  ttl: number;
+  /** The connection the hold is bound to with EPHEMERAL; 0 when unbound. */
+  client: number;
+  [field: string]: unknown;
+}
+
 export interface LockInfo {
+  /** The owner of an exclusive lock (also in `holders`). */
   token?: string;
+  /** The exclusive lock's fence, or a fence gate's highest. */
   fence?: bigint;
-  /** Remaining milliseconds. */
+  /** Remaining milliseconds of the key: the latest lease. */
   ttl?: number;
   waiters?: number;
-  mode?: "exclusive" | "shared" | "semaphore";
+  mode?: "exclusive" | "shared" | "semaphore" | "gate";
+  /** A semaphore's number of places. */
   limit?: number;
-  holders?: LockInfo[];
+  /** The exclusive lock's EPHEMERAL connection; 0 when unbound. */
+  client?: number;
+  /** Every holder, in grant order. */
+  holders?: HolderInfo[];
   [field: string]: unknown;
 }
 
@@ -43,6 +60,8 @@ export declare class Hold {
   extend(ttlMs?: number): Promise<Hold>;
   /** Gives the lock back: true if it was still held, false if it had been lost already. */
   release(): Promise<boolean>;
+  /** True if the key still has this hold (its token among the holders, with this fence). */
+  owned(): Promise<boolean>;
   /** Runs the command atomically if this hold is still the lock's (LOCK.CALL). */
   call(...command: Arg[]): Promise<unknown>;
 }
@@ -80,6 +99,11 @@ export declare class LockError extends Error {
 export declare class LockBusyError extends LockError {}
 export declare class LockLostError extends LockError {}
 export declare class UnsupportedError extends LockError {}
+/** The request does not fit the key: a semaphore with another limit (`limit`: the key's), LIMIT on a read/write lock, or the token holds the key in the other mode (`otherMode`). */
+export declare class LockKindError extends LockError {
+  readonly limit?: number;
+  readonly otherMode: boolean;
+}
 export declare class StaleFenceError extends LockError {
   readonly fence?: bigint;
   readonly highest?: bigint;

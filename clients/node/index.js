@@ -22,6 +22,19 @@ class LockLostError extends LockError {}
 /** The server's redislock does not know this command or option (yet). */
 class UnsupportedError extends LockError {}
 
+/**
+ * The request does not fit the key: it is a semaphore with another `limit` (`limit` is then the
+ * key's), `limit` was asked of a read/write lock (exclusive or shared holds), or the token already
+ * holds the key in the other mode (`otherMode`). Nothing was changed.
+ */
+class LockKindError extends LockError {
+  constructor(message, name, limit, otherMode) {
+    super(message, name);
+    this.limit = limit;
+    this.otherMode = otherMode;
+  }
+}
+
 /** LOCK.FENCE refused the command: a newer fence has already passed the gate. */
 class StaleFenceError extends LockError {
   constructor(message, name, fence, highest) {
@@ -42,10 +55,16 @@ function isUnsupported(err) {
   return text.includes("unknown command") || text.includes("unknown option");
 }
 
+// The server's answers to a request that does not fit the key (src/core/errors.rs).
+const KIND_MISMATCH =
+  /^(?:ERR )?(?:the key is a semaphore with LIMIT (\d+):|the key is a read\/write lock \(exclusive or SHARED holds\), not a semaphore|(this token already holds the key in another mode))/;
+
 /** A server error as the library's error, where it has one. */
 function translate(err, name, what) {
   const text = errorText(err);
   if (isUnsupported(err)) return new UnsupportedError(`${what} is not supported by this server: ${text}`, name);
+  const kind = text.match(KIND_MISMATCH);
+  if (kind) return new LockKindError(text, name, kind[1] === undefined ? undefined : Number(kind[1]), kind[2] !== undefined);
   if (text.startsWith("NOTOWNER")) return new LockLostError(`cannot ${what}: ${text}`, name);
   if (text.startsWith("STALEFENCE")) {
     const numbers = text.match(/\d+/g) || [];
@@ -197,12 +216,17 @@ function positiveMs(value, what) {
   return value;
 }
 
+/** The most places a semaphore (`limit`) may have. */
+const MAX_LIMIT = 1000000;
+
 function modeArgs(opts) {
   const args = [];
   if (opts.shared && opts.limit !== undefined) throw new RangeError("shared and limit exclude each other");
   if (opts.shared) args.push("SHARED");
   if (opts.limit !== undefined) {
-    if (!Number.isInteger(opts.limit) || opts.limit < 1) throw new RangeError(`limit must be a positive integer, not ${opts.limit}`);
+    if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > MAX_LIMIT) {
+      throw new RangeError(`limit must be an integer from 1 to ${MAX_LIMIT}, not ${opts.limit}`);
+    }
     args.push("LIMIT", opts.limit);
   }
   if (opts.ephemeral) args.push("EPHEMERAL");
@@ -252,6 +276,15 @@ class Hold {
       throw translate(err, this.name, "release");
     }
     return str(reply) === "1";
+  }
+
+  /** True if the key still has this hold: its token among the holders, with this grant's fence. */
+  async owned() {
+    if (this.released) return false;
+    const info = await this.locker.info(this.name);
+    if (!info) return false;
+    const holders = info.holders || (info.token === undefined ? [] : [info]);
+    return holders.some((h) => h.token === this.token && h.fence === this.fence);
   }
 
   /** Runs `command` atomically if this hold is still the lock's (LOCK.CALL). */
@@ -372,7 +405,11 @@ class Locker {
     }
   }
 
-  /** LOCK.INFO: { token, fence (bigint), ttl, waiters, … }, or null when nobody holds it. */
+  /**
+   * LOCK.INFO, or null when nobody holds it: { mode, ttl, waiters, holders: [{ token, fence
+   * (bigint), ttl, client }] }, plus token, fence and client for an exclusive lock and limit for
+   * a semaphore.
+   */
   async info(name) {
     return parseInfo(await this.driver.call(["LOCK.INFO", name]));
   }
@@ -410,5 +447,6 @@ module.exports = {
   LockBusyError,
   LockLostError,
   UnsupportedError,
+  LockKindError,
   StaleFenceError,
 };

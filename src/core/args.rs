@@ -7,14 +7,18 @@
 use std::ops::Deref;
 
 use super::errors::LockError;
+use super::grant::Want;
+use super::holders::{Kind, MAX_LIMIT};
 use super::limits::{MAX_BLOCK_MS, MAX_TTL_MS};
 use super::token::TokenArg;
 
-/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [EPHEMERAL] [BLOCK timeout-ms]`
+/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub token: TokenArg<'a>,
     pub ttl_ms: u64,
+    /// Exclusive (no option), `SHARED`, or a place of `LIMIT count`.
+    pub want: Want,
     /// `None`: answer at once. `Some(0)`: wait without limit.
     pub block_ms: Option<u64>,
     /// The hold is bound to the asking connection.
@@ -67,9 +71,29 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
     let mut ttl = TtlOption::default();
     let mut block_ms = None;
     let mut ephemeral = false;
+    let mut want = None;
     let mut rest = argv[3..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
-        if name.eq_ignore_ascii_case(b"EPHEMERAL") {
+        if name.eq_ignore_ascii_case(b"SHARED") || name.eq_ignore_ascii_case(b"LIMIT") {
+            let asked = if name.eq_ignore_ascii_case(b"SHARED") {
+                Want::Shared
+            } else {
+                let value = rest.next().ok_or(LockError::MissingValue("LIMIT"))?;
+                Want::Place {
+                    limit: parse_limit(value)?,
+                }
+            };
+            want = match (want, asked) {
+                (None, w) => Some(w),
+                (Some(Want::Shared), Want::Shared) => {
+                    return Err(LockError::RepeatedOption("SHARED"))
+                }
+                (Some(Want::Place { .. }), Want::Place { .. }) => {
+                    return Err(LockError::RepeatedOption("LIMIT"))
+                }
+                _ => return Err(LockError::SharedAndLimit),
+            };
+        } else if name.eq_ignore_ascii_case(b"EPHEMERAL") {
             if ephemeral {
                 return Err(LockError::RepeatedOption("EPHEMERAL"));
             }
@@ -91,8 +115,72 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
     Ok(Acquire {
         token,
         ttl_ms: ttl.finish()?,
+        want: want.unwrap_or(Want::Exclusive),
         block_ms,
         ephemeral,
+    })
+}
+
+fn parse_limit(raw: &[u8]) -> Result<u32, LockError> {
+    parse_non_negative(raw)
+        .filter(|n| (1..=MAX_LIMIT as u64).contains(n))
+        .map(|n| n as u32)
+        .ok_or(LockError::InvalidLimit)
+}
+
+/// The version of the `LOCK._HOLD` effect this module writes and reads.
+pub const HOLD_EFFECT_VERSION: u64 = 1;
+
+/// The internal effect on one holder of a shared lock or semaphore, replayed
+/// by replicas and the AOF:
+/// `LOCK._HOLD key 1 GRANT (SHARED 0 | LIMIT count) token fence unix-ms`
+/// (a new hold, a re-grant or an extend: the hold is set to exactly this),
+/// or `LOCK._HOLD key 1 END token` (released, revoked or lease ended).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldEffect<'a> {
+    Grant {
+        kind: Kind,
+        token: &'a [u8],
+        fence: u64,
+        expire_at_ms: i64,
+    },
+    End {
+        token: &'a [u8],
+    },
+}
+
+pub fn parse_hold<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<HoldEffect<'_>, LockError> {
+    if argv.len() < 3 {
+        return Err(LockError::Arity("lock._hold"));
+    }
+    // A newer module's effects are refused, never guessed at.
+    let version = parse_non_negative(&argv[2]).ok_or(LockError::EffectVersion(0))?;
+    if version != HOLD_EFFECT_VERSION {
+        return Err(LockError::EffectVersion(version));
+    }
+    let op = argv.get(3).map(|a| &**a).unwrap_or_default();
+    if op.eq_ignore_ascii_case(b"END") && argv.len() == 5 {
+        return Ok(HoldEffect::End {
+            token: given_token(&argv[4])?,
+        });
+    }
+    if !op.eq_ignore_ascii_case(b"GRANT") || argv.len() != 9 {
+        return Err(LockError::Arity("lock._hold"));
+    }
+    let kind = if argv[4].eq_ignore_ascii_case(b"SHARED") {
+        Kind::Shared
+    } else if argv[4].eq_ignore_ascii_case(b"LIMIT") {
+        Kind::Semaphore {
+            limit: parse_limit(&argv[5])?,
+        }
+    } else {
+        return Err(unknown(&argv[4]));
+    };
+    Ok(HoldEffect::Grant {
+        kind,
+        token: given_token(&argv[6])?,
+        fence: parse_fence_value(&argv[7])?,
+        expire_at_ms: parse_i64(&argv[8]).ok_or(LockError::InvalidTtl)?,
     })
 }
 
@@ -293,6 +381,101 @@ fn parse_non_negative(raw: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn kinds_of_acquire() {
+        let acq = |extra: &[&str]| {
+            let mut argv: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", b"k", b"t", b"PX", b"100"];
+            argv.extend(extra.iter().map(|s| s.as_bytes()));
+            let r = parse_acquire(&argv).map(|a| a.want);
+            r
+        };
+        assert_eq!(acq(&[]), Ok(Want::Exclusive));
+        assert_eq!(acq(&["shared"]), Ok(Want::Shared));
+        assert_eq!(acq(&["LIMIT", "1"]), Ok(Want::Place { limit: 1 }));
+        assert_eq!(
+            acq(&["limit", "1000000"]),
+            Ok(Want::Place { limit: 1_000_000 })
+        );
+        for bad in ["0", "1000001", "-1", "x", "4294967297", ""] {
+            assert_eq!(acq(&["LIMIT", bad]), Err(LockError::InvalidLimit), "{bad}");
+        }
+        assert_eq!(acq(&["LIMIT"]), Err(LockError::MissingValue("LIMIT")));
+        assert_eq!(
+            acq(&["SHARED", "LIMIT", "2"]),
+            Err(LockError::SharedAndLimit)
+        );
+        assert_eq!(
+            acq(&["LIMIT", "2", "SHARED"]),
+            Err(LockError::SharedAndLimit)
+        );
+        assert_eq!(
+            acq(&["SHARED", "SHARED"]),
+            Err(LockError::RepeatedOption("SHARED"))
+        );
+        assert_eq!(
+            acq(&["LIMIT", "2", "LIMIT", "2"]),
+            Err(LockError::RepeatedOption("LIMIT"))
+        );
+        assert_eq!(
+            acq(&["SHARED", "EPHEMERAL", "BLOCK", "5"]),
+            Ok(Want::Shared)
+        );
+    }
+
+    #[test]
+    fn hold_effects() {
+        let hold = |args: &[&str]| {
+            let mut argv: Vec<&[u8]> = vec![b"LOCK._HOLD", b"k"];
+            argv.extend(args.iter().map(|s| s.as_bytes()));
+            let r = parse_hold(&argv).map(|e| format!("{e:?}"));
+            r
+        };
+        let grant = |kind, token: &[u8], fence, expire_at_ms| {
+            Ok(format!(
+                "{:?}",
+                HoldEffect::Grant {
+                    kind,
+                    token,
+                    fence,
+                    expire_at_ms
+                }
+            ))
+        };
+        assert_eq!(
+            hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000"]),
+            grant(Kind::Shared, b"t", 7, 1000)
+        );
+        assert_eq!(
+            hold(&["1", "grant", "LIMIT", "3", "t", "7", "1000"]),
+            grant(Kind::Semaphore { limit: 3 }, b"t", 7, 1000)
+        );
+        assert_eq!(
+            hold(&["1", "END", "t"]),
+            Ok(format!("{:?}", HoldEffect::End { token: b"t" }))
+        );
+        assert_eq!(hold(&["2", "END", "t"]), Err(LockError::EffectVersion(2)));
+        assert_eq!(hold(&["x", "END", "t"]), Err(LockError::EffectVersion(0)));
+        assert_eq!(hold(&["1", "END"]), Err(LockError::Arity("lock._hold")));
+        assert_eq!(hold(&["1"]), Err(LockError::Arity("lock._hold")));
+        assert_eq!(hold(&[]), Err(LockError::Arity("lock._hold")));
+        assert_eq!(
+            hold(&["1", "GRANT", "LIMIT", "0", "t", "7", "1"]),
+            Err(LockError::InvalidLimit)
+        );
+        assert_eq!(
+            hold(&["1", "GRANT", "SHARED", "0", "t", "0", "1"]),
+            Err(LockError::InvalidFence)
+        );
+        assert_eq!(
+            hold(&["1", "GRANT", "SHARED", "0", "", "1", "1"]),
+            Err(LockError::InvalidToken)
+        );
+        assert!(matches!(
+            hold(&["1", "GRANT", "OTHER", "0", "t", "1", "1"]),
+            Err(LockError::UnknownOption(_))
+        ));
+    }
+
     fn argv(s: &str) -> Vec<Vec<u8>> {
         s.split(' ').map(|w| w.as_bytes().to_vec()).collect()
     }
@@ -305,6 +488,7 @@ mod tests {
             Ok(Acquire {
                 token: TokenArg::Given(b"t"),
                 ttl_ms: 1500,
+                want: Want::Exclusive,
                 block_ms: None,
                 ephemeral: false,
             })
@@ -315,6 +499,7 @@ mod tests {
             Ok(Acquire {
                 token: TokenArg::Generate,
                 ttl_ms: 3000,
+                want: Want::Exclusive,
                 block_ms: Some(0),
                 ephemeral: false,
             })

@@ -55,6 +55,16 @@ pub enum LockError {
     /// A lock command on a fence gate, or `LOCK.FENCE` on a lock.
     GateNotLock,
     LockNotGate,
+    /// `SHARED` and `LIMIT` in one acquire.
+    SharedAndLimit,
+    /// A `LIMIT` outside 1..=1,000,000.
+    InvalidLimit,
+    /// A request that does not fit the key's kind: the key's kind.
+    KindMismatch(crate::core::grant::KeyKind),
+    /// The token holds the key in another mode.
+    OtherMode,
+    /// An internal effect of a version this module does not know.
+    EffectVersion(u64),
     /// A bug in the module: a panic was caught before it could reach Redis.
     Internal,
 }
@@ -87,6 +97,12 @@ impl fmt::Display for LockError {
             CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
+            SharedAndLimit => f.write_str("ERR syntax error: SHARED and LIMIT are mutually exclusive"),
+            InvalidLimit => write!(f, "ERR invalid LIMIT: must be an integer from 1 to {}", crate::core::holders::MAX_LIMIT),
+            KindMismatch(crate::core::grant::KeyKind::ReadWrite) => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
+            KindMismatch(crate::core::grant::KeyKind::Semaphore { limit }) => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
+            OtherMode => f.write_str("ERR this token already holds the key in another mode: release it first"),
+            EffectVersion(v) => write!(f, "ERR LOCK._HOLD effect version {v} is not understood by this redislock (it knows version {}): upgrade this server's module", crate::core::args::HOLD_EFFECT_VERSION),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
     }
@@ -115,6 +131,12 @@ mod tests {
             LockError::InvalidToken,
             LockError::FenceExhausted,
             LockError::InternalCommand,
+            LockError::SharedAndLimit,
+            LockError::InvalidLimit,
+            LockError::KindMismatch(crate::core::grant::KeyKind::ReadWrite),
+            LockError::KindMismatch(crate::core::grant::KeyKind::Semaphore { limit: 3 }),
+            LockError::OtherMode,
+            LockError::EffectVersion(2),
             LockError::Internal,
         ];
         for e in all {

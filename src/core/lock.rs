@@ -8,7 +8,9 @@ use super::fence;
 use super::token::{self, MAX_TOKEN_LEN};
 
 /// Encoding version of the record in RDB files and `DUMP` payloads.
-pub const ENCODING_VERSION: i32 = 1;
+/// Version 2 added shared holders and semaphores; version 1 records (an
+/// exclusive lock or a gate) read as they always did.
+pub const ENCODING_VERSION: i32 = 2;
 
 /// The kind of lock a record describes. Stored in every record so that later
 /// kinds (shared holders, counted semaphores, reentrant holds) can be added
@@ -20,6 +22,10 @@ pub enum Mode {
     Exclusive = 0,
     /// A fence gate (`LOCK.FENCE`): the highest fence it accepted, no token.
     Gate = 1,
+    /// Read holders of a read/write lock, each with its own lease.
+    Shared = 2,
+    /// Holders of a counted semaphore's places.
+    Semaphore = 3,
 }
 
 impl Mode {
@@ -31,6 +37,8 @@ impl Mode {
         match code {
             0 => Some(Mode::Exclusive),
             1 => Some(Mode::Gate),
+            2 => Some(Mode::Shared),
+            3 => Some(Mode::Semaphore),
             _ => None,
         }
     }
@@ -98,7 +106,7 @@ impl<'a> LockRef<'a> {
         fence: u64,
         token: &'a [u8],
     ) -> Result<Self, DecodeError> {
-        if encver != ENCODING_VERSION {
+        if !(1..=ENCODING_VERSION).contains(&encver) {
             return Err(DecodeError::UnknownVersion);
         }
         let mode = Mode::from_code(mode).ok_or(DecodeError::UnknownMode)?;
@@ -108,34 +116,13 @@ impl<'a> LockRef<'a> {
         let token_ok = match mode {
             Mode::Exclusive => !token.is_empty() && token.len() <= MAX_TOKEN_LEN,
             Mode::Gate => token.is_empty(),
+            // Records with holders are read by `holders::Holders::from_stored`.
+            Mode::Shared | Mode::Semaphore => return Err(DecodeError::UnknownMode),
         };
         if !token_ok {
             return Err(DecodeError::BadToken);
         }
         Ok(LockRef::new(token, fence))
-    }
-}
-
-/// What `LOCK.ACQUIRE` does to a key, decided before anything is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcquireDecision {
-    /// No lock: grant a new one with a new fence.
-    Grant,
-    /// The caller already holds it: reset the expiry, keep the fence.
-    Regrant { fence: u64 },
-    /// Someone else holds it.
-    Busy,
-}
-
-/// `current` is the lock on the key, if any; `token` is `None` when the
-/// server generates one (a fresh token can never match the holder's).
-pub fn decide_acquire(current: Option<LockRef<'_>>, token: Option<&[u8]>) -> AcquireDecision {
-    match (current, token) {
-        (None, _) => AcquireDecision::Grant,
-        (Some(lock), Some(t)) if lock.is_held_by(t) => {
-            AcquireDecision::Regrant { fence: lock.fence }
-        }
-        (Some(_), _) => AcquireDecision::Busy,
     }
 }
 
@@ -175,26 +162,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn acquire_rules() {
-        let lock = LockRef::new(b"alice", 7);
-        assert_eq!(decide_acquire(None, Some(b"bob")), AcquireDecision::Grant);
-        assert_eq!(decide_acquire(None, None), AcquireDecision::Grant);
-        assert_eq!(
-            decide_acquire(Some(lock), Some(b"alice")),
-            AcquireDecision::Regrant { fence: 7 }
-        );
-        assert_eq!(
-            decide_acquire(Some(lock), Some(b"bob")),
-            AcquireDecision::Busy
-        );
-        assert_eq!(
-            decide_acquire(Some(lock), Some(b"alic")),
-            AcquireDecision::Busy
-        );
-        assert_eq!(decide_acquire(Some(lock), None), AcquireDecision::Busy);
-    }
-
-    #[test]
     fn ownership() {
         let lock = LockRef::new(b"\0\xff", 1);
         assert!(owned_by(Some(lock), b"\0\xff"));
@@ -204,14 +171,27 @@ mod tests {
 
     #[test]
     fn decode_accepts_only_what_could_be_written() {
+        // Version 1 files (before holders existed) read the same.
+        assert_eq!(
+            LockRef::decode(1, 0, 5, b"tok"),
+            LockRef::decode(2, 0, 5, b"tok")
+        );
         let ok = LockRef::decode(ENCODING_VERSION, 0, 5, b"tok").unwrap();
         assert_eq!(
             (ok.fence(), ok.token(), ok.mode()),
             (5, &b"tok"[..], Mode::Exclusive)
         );
         assert_eq!(
-            LockRef::decode(2, 0, 5, b"t"),
+            LockRef::decode(3, 0, 5, b"t"),
             Err(DecodeError::UnknownVersion)
+        );
+        assert_eq!(
+            LockRef::decode(0, 0, 5, b"t"),
+            Err(DecodeError::UnknownVersion)
+        );
+        assert_eq!(
+            LockRef::decode(2, 2, 5, b"t"),
+            Err(DecodeError::UnknownMode)
         );
         assert_eq!(
             LockRef::decode(1, 9, 5, b"t"),
@@ -242,7 +222,9 @@ mod tests {
             Some(Mode::Exclusive)
         );
         assert_eq!(Mode::from_code(1), Some(Mode::Gate));
-        assert_eq!(Mode::from_code(2), None);
+        assert_eq!(Mode::from_code(2), Some(Mode::Shared));
+        assert_eq!(Mode::from_code(3), Some(Mode::Semaphore));
+        assert_eq!(Mode::from_code(4), None);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 pub mod args;
 pub mod errors;
 pub mod fence;
+pub mod grant;
+pub mod holders;
 pub mod limits;
 pub mod lock;
 pub mod record;

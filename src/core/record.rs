@@ -2,16 +2,33 @@
 //! fence, the token length and the token, so a lock costs Redis a single
 //! small block next to the key (the memory benchmark compares it with a
 //! `SET NX PX` string).
+//!
+//! A key with holders (shared or semaphore) uses the same header with a
+//! token length no token can have, followed by a pointer to its
+//! [`Holders`]: the exclusive form stays as small as it was.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
+use super::holders::Holders;
 use super::lock::LockRef;
 use super::token::MAX_TOKEN_LEN;
 
 const FENCE: usize = 8;
 const LEN: usize = 2;
 const HEADER: usize = FENCE + LEN;
+/// The length field of a record with holders.
+const MULTI: u16 = u16::MAX;
+const POINTER: usize = std::mem::size_of::<*mut Holders>();
+
+/// What a record holds.
+#[derive(Debug, Clone, Copy)]
+pub enum Stored<'a> {
+    /// An exclusive lock or a fence gate.
+    Single(LockRef<'a>),
+    /// Shared holders or a semaphore's.
+    Multi(&'a Holders),
+}
 
 /// An owned lock record. Redis holds it as a thin pointer (its data-type
 /// value) between [`Record::into_raw`] and [`Record::from_raw`].
@@ -37,14 +54,39 @@ impl Record {
         }
     }
 
-    pub fn view(&self) -> LockRef<'_> {
+    /// A record owning `holders`.
+    pub fn new_multi(holders: Holders) -> Record {
+        let boxed = Box::into_raw(Box::new(holders));
+        let mut bytes = Vec::with_capacity(HEADER + POINTER);
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&MULTI.to_le_bytes());
+        bytes.extend_from_slice(&(boxed as usize).to_le_bytes());
+        let raw = Box::into_raw(bytes.into_boxed_slice()).cast::<u8>();
+        // SAFETY: Box::into_raw never returns null.
+        Record {
+            ptr: unsafe { NonNull::new_unchecked(raw) },
+        }
+    }
+
+    pub fn view(&self) -> Stored<'_> {
         // SAFETY: `ptr` is a live record owned by `self`.
         unsafe { view(self.ptr.as_ptr()) }
     }
 
-    /// Bytes a record of `lock` occupies, for `MEMORY USAGE`.
-    pub fn size_of(lock: LockRef<'_>) -> usize {
-        HEADER + lock.token().len()
+    /// Bytes a record occupies, for `MEMORY USAGE`.
+    pub fn size_of(stored: Stored<'_>) -> usize {
+        match stored {
+            Stored::Single(lock) => HEADER + lock.token().len(),
+            Stored::Multi(h) => HEADER + POINTER + h.heap_size(),
+        }
+    }
+
+    /// A copy (the `COPY` command).
+    pub fn copy_of(stored: Stored<'_>) -> Record {
+        match stored {
+            Stored::Single(lock) => Record::new(lock),
+            Stored::Multi(h) => Record::new_multi(h.clone()),
+        }
     }
 
     /// Hands the record to Redis as a data-type value.
@@ -69,31 +111,90 @@ impl Record {
     ///
     /// # Safety
     /// `value` must come from [`Record::into_raw`] and stay alive for `'a`.
-    pub unsafe fn borrow_raw<'a>(value: *const c_void) -> LockRef<'a> {
+    pub unsafe fn borrow_raw<'a>(value: *const c_void) -> Stored<'a> {
         // SAFETY: by the caller's guarantee.
         unsafe { view(value.cast::<u8>()) }
+    }
+
+    /// The holders of a value Redis holds, for changing them in place.
+    ///
+    /// # Safety
+    /// `value` must come from [`Record::into_raw`], stay alive for `'a`, and
+    /// nothing else may read or write it meanwhile.
+    pub unsafe fn holders_mut<'a>(value: *mut c_void) -> Option<&'a mut Holders> {
+        // SAFETY: by the caller's guarantee the pointer is a live record.
+        match unsafe { multi_ptr(value.cast::<u8>()) } {
+            // SAFETY: the box is owned by the record, exclusively borrowed here.
+            Some(p) => Some(unsafe { &mut *p }),
+            None => None,
+        }
     }
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
-        let len = Record::size_of(self.view());
+        // SAFETY: `ptr` is a live record owned by `self`.
+        let len = match unsafe { multi_ptr(self.ptr.as_ptr()) } {
+            Some(holders) => {
+                // SAFETY: made by `Box::into_raw` in `new_multi`, owned by this record.
+                drop(unsafe { Box::from_raw(holders) });
+                HEADER + POINTER
+            }
+            None => HEADER + self.token_len(),
+        };
         let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), len);
         // SAFETY: `ptr` and `len` are exactly the boxed slice made in `new`.
         drop(unsafe { Box::from_raw(slice) });
     }
 }
 
+impl Record {
+    fn token_len(&self) -> usize {
+        // SAFETY: `ptr` is a live record owned by `self`.
+        let (_, len) = unsafe { header(self.ptr.as_ptr()) };
+        len as usize
+    }
+}
+
 /// # Safety
-/// `ptr` must point to a live record laid out by [`Record::new`].
-unsafe fn view<'a>(ptr: *const u8) -> LockRef<'a> {
-    // SAFETY: a record starts with a HEADER-byte header...
+/// `ptr` must point to a live record made by [`Record::new`] or [`Record::new_multi`].
+unsafe fn header(ptr: *const u8) -> (u64, u16) {
+    // SAFETY: a record starts with a HEADER-byte header.
     let header = unsafe { std::slice::from_raw_parts(ptr, HEADER) };
     let fence = u64::from_le_bytes(header[..FENCE].try_into().unwrap_or_default());
-    let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default()) as usize;
-    // SAFETY: ...followed by `len` token bytes, in the same allocation.
-    let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len) };
-    LockRef::new(token, fence)
+    let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default());
+    (fence, len)
+}
+
+/// The holders' box of a record with holders.
+///
+/// # Safety
+/// As for [`header`].
+unsafe fn multi_ptr(ptr: *const u8) -> Option<*mut Holders> {
+    // SAFETY: guaranteed by the caller.
+    let (_, len) = unsafe { header(ptr) };
+    if len != MULTI {
+        return None;
+    }
+    // SAFETY: a record with holders has a pointer right after its header
+    // (unaligned: the header is 10 bytes).
+    let addr = unsafe { std::ptr::read_unaligned(ptr.add(HEADER).cast::<usize>()) };
+    Some(addr as *mut Holders)
+}
+
+/// # Safety
+/// As for [`header`].
+unsafe fn view<'a>(ptr: *const u8) -> Stored<'a> {
+    // SAFETY: guaranteed by the caller.
+    if let Some(holders) = unsafe { multi_ptr(ptr) } {
+        // SAFETY: the box lives as long as the record.
+        return Stored::Multi(unsafe { &*holders });
+    }
+    // SAFETY: guaranteed by the caller.
+    let (fence, len) = unsafe { header(ptr) };
+    // SAFETY: a single record's header is followed by `len` token bytes.
+    let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len as usize) };
+    Stored::Single(LockRef::new(token, fence))
 }
 
 #[cfg(test)]
@@ -104,11 +205,17 @@ mod tests {
     fn round_trip_through_a_raw_pointer() {
         for token in [&b"t"[..], b"\0\xff\r\n", &[b'x'; MAX_TOKEN_LEN]] {
             let record = Record::new(LockRef::new(token, u64::MAX >> 1));
-            assert_eq!(record.view(), LockRef::new(token, u64::MAX >> 1));
+            assert!(
+                matches!(record.view(), Stored::Single(l) if l == LockRef::new(token, u64::MAX >> 1))
+            );
             let raw = record.into_raw();
             // SAFETY: `raw` came from `into_raw` and is still owned by nobody else.
-            let seen = unsafe { Record::borrow_raw(raw) };
+            let Stored::Single(seen) = (unsafe { Record::borrow_raw(raw) }) else {
+                panic!("a single record reads back as one");
+            };
             assert_eq!((seen.token(), seen.fence()), (token, u64::MAX >> 1));
+            // SAFETY: as above.
+            assert!(unsafe { Record::holders_mut(raw) }.is_none());
             // SAFETY: as above; taking it back frees it once.
             drop(unsafe { Record::from_raw(raw) });
         }
@@ -117,6 +224,39 @@ mod tests {
     #[test]
     fn one_small_block() {
         let lock = LockRef::new(&[7u8; 22], 1);
-        assert_eq!(Record::size_of(lock), 32);
+        assert_eq!(Record::size_of(Stored::Single(lock)), 32);
+    }
+
+    #[test]
+    fn holders_live_behind_the_same_header() {
+        use crate::core::holders::{Hold, Kind};
+        let mut h = Holders::new(Kind::Semaphore { limit: 2 });
+        h.insert(
+            b"a",
+            Hold {
+                fence: 3,
+                expire_at: 10,
+            },
+        );
+        let raw = Record::new_multi(h.clone()).into_raw();
+        // SAFETY: `raw` came from `into_raw`; nothing else uses it.
+        let held = unsafe { Record::holders_mut(raw) }.unwrap();
+        held.insert(
+            b"b",
+            Hold {
+                fence: 4,
+                expire_at: 20,
+            },
+        );
+        // SAFETY: as above.
+        let Stored::Multi(seen) = (unsafe { Record::borrow_raw(raw) }) else {
+            panic!("a record with holders reads back as one");
+        };
+        assert_eq!((seen.len(), seen.latest()), (2, Some(20)));
+        let copy = Record::copy_of(Stored::Multi(seen));
+        // SAFETY: taking it back frees it (and its holders) once.
+        drop(unsafe { Record::from_raw(raw) });
+        assert!(matches!(copy.view(), Stored::Multi(c) if c.len() == 2));
+        assert!(Record::size_of(copy.view()) > HEADER + POINTER);
     }
 }

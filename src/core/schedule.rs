@@ -73,6 +73,21 @@ impl<J: Ord + Hash + Clone> Schedule<J> {
         jobs
     }
 
+    /// Forgets every job `drop` says to (a flushed database's); how many.
+    pub fn cancel_where(&mut self, drop: impl Fn(&J) -> bool) -> usize {
+        let gone: Vec<(i64, J)> = self
+            .due
+            .iter()
+            .filter(|(job, _)| drop(job))
+            .map(|(job, at)| (*at, job.clone()))
+            .collect();
+        for (at, job) in &gone {
+            self.due.remove(job);
+            self.queue.remove(&(*at, job.clone()));
+        }
+        gone.len()
+    }
+
     pub fn len(&self) -> usize {
         self.due.len()
     }
@@ -85,6 +100,18 @@ impl<J: Ord + Hash + Clone> Schedule<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cancelling_by_a_filter() {
+        let mut s = Schedule::default();
+        for (job, at) in [(1, 10), (2, 5), (3, 7), (4, 1)] {
+            s.set(job, at);
+        }
+        assert_eq!(s.cancel_where(|j| j % 2 == 0), 2);
+        assert_eq!((s.len(), s.earliest()), (2, Some(7)));
+        assert_eq!(s.pop_due(100), [3, 1]);
+        assert_eq!(s.cancel_where(|_| true), 0);
+    }
 
     #[test]
     fn one_entry_per_job_whatever_was_asked() {

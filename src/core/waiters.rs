@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
+use super::grant::KeyKind;
+
 /// Where a waiter stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -27,6 +29,10 @@ pub enum Refusal {
     Demoted,
     /// The name now holds a value of another type.
     WrongType,
+    /// The key became a kind of lock this waiter's request does not fit.
+    Mismatch(KeyKind),
+    /// The waiter's token holds the key in another mode.
+    OtherMode,
 }
 
 /// One waiter: the lock it waits for, what it asked for, where it stands.
@@ -102,16 +108,34 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         Some((id, &self.waiters.get(&id)?.request))
     }
 
+    /// The waiters of `lock`, first come first.
+    pub fn queue<'a>(&'a self, lock: &K) -> impl Iterator<Item = (I, &'a R)> + 'a {
+        self.queues
+            .get(lock)
+            .into_iter()
+            .flat_map(|q| q.values())
+            .filter_map(|id| Some((*id, &self.waiters.get(id)?.request)))
+    }
+
     /// Marks `id` as granted and takes it out of the queue; false if it is
     /// not waiting.
     pub fn grant(&mut self, id: I, fence: u64) -> bool {
+        self.settle(id, Stage::Granted { fence })
+    }
+
+    /// Sends `id` away without the lock; false if it is not waiting.
+    pub fn refuse(&mut self, id: I, why: Refusal) -> bool {
+        self.settle(id, Stage::Refused(why))
+    }
+
+    fn settle(&mut self, id: I, stage: Stage) -> bool {
         let Some(waiter) = self.waiters.get_mut(&id) else {
             return false;
         };
         if waiter.stage != Stage::Waiting {
             return false;
         }
-        waiter.stage = Stage::Granted { fence };
+        waiter.stage = stage;
         let (lock, seq) = (waiter.lock.clone(), waiter.seq);
         self.unqueue(seq, &lock);
         true
@@ -184,6 +208,27 @@ mod tests {
     use super::*;
 
     type W = Waiters<u32, &'static str, &'static str>;
+
+    #[test]
+    fn the_queue_in_order_and_single_refusals() {
+        let mut w = W::default();
+        for (id, who) in [(1, "a"), (2, "b"), (3, "c")] {
+            w.enqueue(id, "lock", who);
+        }
+        assert_eq!(
+            w.queue(&"lock").collect::<Vec<_>>(),
+            [(1, &"a"), (2, &"b"), (3, &"c")]
+        );
+        assert!(w.refuse(2, Refusal::OtherMode));
+        assert!(!w.refuse(2, Refusal::OtherMode));
+        assert_eq!(
+            w.get(2).map(|x| x.stage),
+            Some(Stage::Refused(Refusal::OtherMode))
+        );
+        assert_eq!(w.queue(&"lock").map(|(i, _)| i).collect::<Vec<_>>(), [1, 3]);
+        assert_eq!((w.count(&"lock"), w.total()), (2, 2));
+        assert_eq!(w.queue(&"none").count(), 0);
+    }
 
     #[test]
     fn first_come_first_served() {

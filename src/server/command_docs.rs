@@ -26,6 +26,7 @@ struct Doc {
     arity: c_int,
     key_flags: u32,
     args: &'static [Arg],
+    complexity: &'static CStr,
 }
 
 const fn arg(name: &'static CStr, kind: raw::RedisModuleCommandArgType) -> Arg {
@@ -86,16 +87,41 @@ const EXPIRATION: Arg = Arg {
 };
 
 const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
+const ONE_HOLDER: &CStr =
+    c"O(1) for an exclusive lock; O(log H) for a key with H shared or semaphore holders";
 const DOCS: [Doc; 6] = [
     Doc {
         name: c"lock.acquire",
-        summary: c"Acquires a lock, or waits for it in the server; returns the owner token and a fencing token",
+        complexity: ONE_HOLDER,
+        summary: c"Acquires a lock (exclusive, shared, or a semaphore place), or waits for it in the server; returns the owner token and a fencing token",
         arity: -5,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
         args: &[
             KEY,
             TOKEN,
             EXPIRATION,
+            Arg {
+                optional: true,
+                sub: &[
+                    Arg {
+                        token: Some(c"SHARED"),
+                        summary: Some(c"a shared (read) hold: any number at once, never with an exclusive one"),
+                        ..arg(
+                            c"shared",
+                            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                        )
+                    },
+                    Arg {
+                        token: Some(c"LIMIT"),
+                        summary: Some(c"one of count places of a semaphore, 1 to 1000000"),
+                        ..arg(c"count", INTEGER)
+                    },
+                ],
+                ..arg(
+                    c"kind",
+                    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+                )
+            },
             Arg {
                 token: Some(c"EPHEMERAL"),
                 optional: true,
@@ -115,6 +141,7 @@ const DOCS: [Doc; 6] = [
     },
     Doc {
         name: c"lock.release",
+        complexity: ONE_HOLDER,
         summary: c"Releases a lock if the token holds it, handing it to the first waiter",
         arity: 3,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
@@ -122,6 +149,7 @@ const DOCS: [Doc; 6] = [
     },
     Doc {
         name: c"lock.extend",
+        complexity: ONE_HOLDER,
         summary: c"Sets a held lock's remaining time if the token holds it",
         arity: 5,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
@@ -129,6 +157,7 @@ const DOCS: [Doc; 6] = [
     },
     Doc {
         name: c"lock.info",
+        complexity: c"O(1) for an exclusive lock; O(H log H) to list H holders",
         summary: c"Shows a lock's owner token, fence, remaining time and number of waiters",
         arity: 2,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
@@ -136,6 +165,7 @@ const DOCS: [Doc; 6] = [
     },
     Doc {
         name: c"lock.call",
+        complexity: ONE_HOLDER,
         summary: c"Runs a command only if the token holds the lock, in the same atomic step",
         arity: -4,
         key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
@@ -143,6 +173,7 @@ const DOCS: [Doc; 6] = [
     },
     Doc {
         name: c"lock.fence",
+        complexity: c"O(1)",
         summary: c"Runs a command only if the fence is not older than the highest the gate key accepted",
         arity: -4,
         key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
@@ -181,7 +212,7 @@ pub fn register(ctx: &Context) -> bool {
         let info = raw::RedisModuleCommandInfo {
             version: &VERSION,
             summary: doc.summary.as_ptr(),
-            complexity: c"O(1)".as_ptr(),
+            complexity: doc.complexity.as_ptr(),
             since: c"1.0.0".as_ptr(),
             history: ptr::null_mut(),
             tips: ptr::null(),

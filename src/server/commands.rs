@@ -7,29 +7,47 @@
 //! generated token included), fence and absolute expiry. A promotion's new
 //! fence epoch travels as `LOCK._EPOCH epoch`.
 
-use redis_module::RedisValue;
+use redis_module::{Context, RedisString, RedisValue};
 
-use crate::core::args;
+use crate::core::args::{self, HoldEffect};
 use crate::core::errors::LockError;
+use crate::core::grant::{self, Decision, Want};
+use crate::core::holders::{self, Hold, Holders};
 use crate::core::limits;
-use crate::core::lock::{self, AcquireDecision, LockRef};
+use crate::core::lock::{self, LockRef};
 use crate::core::token::{self, TokenArg};
 use crate::server::dispatch::{Call, Reply};
-use crate::server::ffi::{self, KeyKind, LockKey};
+use crate::server::ffi::{self, LockKey};
+use crate::server::held::{held, Held};
 use crate::server::reply::{self, Field};
+use crate::server::scheduler::{self, Job};
 use crate::server::{config, ephemeral, lockops, state, stats, waiting};
 
-/// The lock on an open key, or WRONGTYPE if it holds something else (a
-/// fence gate included).
+/// The lock on an open key (exclusive or a gate only), or WRONGTYPE.
 fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
-    match key.kind() {
-        KeyKind::Empty => Ok(None),
-        KeyKind::Lock => match key.lock() {
-            Some(l) if l.is_gate() => Err(LockError::GateNotLock),
-            lock => Ok(lock),
-        },
-        KeyKind::Other => Err(LockError::WrongType),
+    match held(key)? {
+        Held::Free => Ok(None),
+        Held::Exclusive(l) => Ok(Some(l)),
+        Held::Multi(_) => Err(LockError::KindMismatch(grant::KeyKind::ReadWrite)),
     }
+}
+
+/// Opens `name` for writing with the holds whose lease ran out already
+/// ended (the scheduler ends them too, but may be behind a client pause).
+fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
+    let key = LockKey::open(ctx, name, true);
+    let due = key
+        .holders()
+        .and_then(|h| h.earliest())
+        .is_some_and(|at| holders::ended(at, ffi::now_ms()));
+    if due {
+        let key = lockops::end_leases(ctx, name, key);
+        drop(key);
+        // Room freed by the ended leases goes to the waiters first.
+        waiting::serve(ctx, name);
+        return LockKey::open(ctx, name, true);
+    }
+    key
 }
 
 pub fn acquire(call: &Call) -> Reply {
@@ -38,9 +56,10 @@ pub fn acquire(call: &Call) -> Reply {
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     // Checked before the key is looked at: a TTL that overflows once added
     // to the clock is an argument error, whoever holds the lock.
-    let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
+    let now = ffi::now_ms();
+    let expire_at = lock::expiry_at(now, ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
-    let mut key = LockKey::open(ctx, name, true);
+    let mut key = open_live(ctx, name);
     let generated;
     let (token, given) = match req.token {
         TokenArg::Given(t) => (t, Some(t)),
@@ -49,24 +68,37 @@ pub fn acquire(call: &Call) -> Reply {
             (&generated[..], None)
         }
     };
-    let mut decision = lock::decide_acquire(current(&key)?, given);
-    let bind_to = req.ephemeral.then(|| ffi::client_id(ctx));
-    if decision == AcquireDecision::Grant && waiting::count(ctx, name) > 0 {
-        // The lock was freed where it could not be handed on at once (a key
-        // event): its first waiter gets it, not this newcomer.
+    let decide = |key: &LockKey, queued: bool| -> Result<Decision, LockError> {
+        let h = held(key)?;
+        let holding = given.and_then(|t| h.holding(t, now));
+        Ok(grant::decide_newcomer(
+            h.occupancy(),
+            req.want,
+            holding,
+            queued,
+        ))
+    };
+    let mut decision = decide(&key, false)?;
+    if decision == Decision::Grant && waiting::count(ctx, name) > 0 {
+        // Room was freed where it could not be handed on at once (a key
+        // event, a lease end): the waiters get it first, not this newcomer.
         drop(key);
         waiting::serve(ctx, name);
         key = LockKey::open(ctx, name, true);
-        decision = AcquireDecision::Busy;
+        decision = decide(&key, waiting::count(ctx, name) > 0)?;
     }
+    let bind_to = req.ephemeral.then(|| ffi::client_id(ctx));
     let fence = match decision {
-        AcquireDecision::Busy => {
+        Decision::Mismatch(kind) => return Err(LockError::KindMismatch(kind)),
+        Decision::OtherMode => return Err(LockError::OtherMode),
+        Decision::Busy => {
             return Ok(match req.block_ms {
                 Some(timeout) if ffi::may_block(ctx) => {
-                    let held_until = key.expire_at();
+                    let held_until = held(&key).ok().and_then(|h| h.next_change(&key));
                     drop(key);
                     let timeout = limits::block_timeout(timeout, config::max_block_ms());
-                    waiting::block(ctx, name, token, ttl_ms, timeout, held_until, bind_to);
+                    let request = waiting::Request::new(token, req.want, ttl_ms, bind_to);
+                    waiting::block(ctx, name, request, timeout, held_until);
                     RedisValue::NoReply
                 }
                 _ => {
@@ -75,23 +107,36 @@ pub fn acquire(call: &Call) -> Reply {
                 }
             });
         }
-        AcquireDecision::Regrant { fence } => {
-            lockops::set_expiry(ctx, name, key, expire_at);
+        Decision::Regrant => {
+            let fence = held(&key)?
+                .fence_of(token, now)
+                .ok_or(LockError::Internal)?;
+            match req.want {
+                Want::Exclusive => lockops::set_expiry(ctx, name, key, expire_at),
+                _ => lockops::set_holder_expiry(ctx, name, key, token, expire_at),
+            }
             stats::REGRANTS.bump();
             fence
         }
-        AcquireDecision::Grant => {
-            let fence = lockops::grant(ctx, name, key, token, expire_at, c"lock.acquired")?;
+        Decision::Grant => {
+            let fence = match req.want.creates() {
+                None => lockops::grant(ctx, name, key, token, expire_at, c"lock.acquired")?,
+                Some(kind) => {
+                    // A key with holders keeps its kind (the same, as decided).
+                    let kind = key.holders().map_or(kind, Holders::kind);
+                    lockops::grant_holder(ctx, name, key, kind, token, expire_at, c"lock.acquired")?
+                }
+            };
             stats::GRANTS.bump();
             fence
         }
     };
     // A (re-)grant with EPHEMERAL binds the hold to this connection; a
     // re-grant without it unbinds it.
-    let id = waiting::lock_id(ctx, name);
     match bind_to {
-        Some(client) => ephemeral::bind(id, client, token, fence),
-        None => ephemeral::unbind(&id),
+        Some(client) => ephemeral::bind(waiting::lock_id(ctx, name), client, token, fence),
+        None if ephemeral::any() => ephemeral::unbind_holder(&waiting::lock_id(ctx, name), token),
+        None => {}
     }
     Ok(reply::grant(ctx, token, fence))
 }
@@ -101,12 +146,16 @@ pub fn release(call: &Call) -> Reply {
     let req = args::parse_release(argv)?;
     let name = &call.key();
     let key = LockKey::open(ctx, name, true);
-    if !lock::owned_by(current(&key)?, req.token) {
+    let h = held(&key)?;
+    let Some(_) = h.fence_of(req.token, ffi::now_ms()) else {
         stats::RELEASES_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
-    }
+    };
     stats::RELEASES.bump();
-    lockops::release(ctx, name, key);
+    match h {
+        Held::Multi(_) => lockops::release_holder(ctx, name, key, req.token),
+        _ => lockops::release(ctx, name, key),
+    }
     Ok(RedisValue::Integer(1))
 }
 
@@ -117,11 +166,15 @@ pub fn extend(call: &Call) -> Reply {
     let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
     let key = LockKey::open(ctx, name, true);
-    if !lock::owned_by(current(&key)?, req.token) {
+    let h = held(&key)?;
+    if h.fence_of(req.token, ffi::now_ms()).is_none() {
         stats::EXTENDS_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    lockops::set_expiry(ctx, name, key, expire_at);
+    match h {
+        Held::Multi(_) => lockops::set_holder_expiry(ctx, name, key, req.token, expire_at),
+        _ => lockops::set_expiry(ctx, name, key, expire_at),
+    }
     stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }
@@ -131,36 +184,140 @@ pub fn info(call: &Call) -> Reply {
     args::parse_info(argv)?;
     let name = &call.key();
     let key = LockKey::open(ctx, name, false);
-    let lock = match key.kind() {
-        KeyKind::Empty => return Ok(RedisValue::Null),
-        KeyKind::Other => return Err(LockError::WrongType),
-        KeyKind::Lock => match key.lock() {
-            Some(lock) => lock,
-            None => return Ok(RedisValue::Null),
-        },
-    };
-    if lock.is_gate() {
+    if let Some(highest) = key.gate() {
         return Ok(reply::fields(
             ctx,
             &[
                 ("mode", Field::Bytes(b"gate")),
-                ("fence", Field::Int(lock.fence() as i64)),
+                ("fence", Field::Int(highest as i64)),
             ],
         ));
     }
+    let id = waiting::lock_id(ctx, argv[1]);
+    let now = ffi::now_ms();
     let ttl = key.ttl_ms().unwrap_or(-1);
-    let client = ephemeral::client_of(&waiting::lock_id(ctx, argv[1]), lock.token(), lock.fence());
-    Ok(reply::fields(
-        ctx,
-        &[
-            ("token", Field::Bytes(lock.token())),
-            ("fence", Field::Int(lock.fence() as i64)),
-            ("ttl", Field::Int(ttl)),
-            ("waiters", Field::Int(waiting::count(ctx, argv[1]) as i64)),
-            ("mode", Field::Bytes(b"exclusive")),
-            ("client", Field::Int(client as i64)),
-        ],
-    ))
+    let waiters = Field::Int(waiting::count(ctx, argv[1]) as i64);
+    match held(&key)? {
+        Held::Free => Ok(RedisValue::Null),
+        Held::Exclusive(lock) => {
+            let client = ephemeral::client_of(&id, lock.token(), lock.fence()) as i64;
+            let holder = [
+                ("token", Field::Bytes(lock.token())),
+                ("fence", Field::Int(lock.fence() as i64)),
+                ("ttl", Field::Int(ttl)),
+                ("client", Field::Int(client)),
+            ];
+            Ok(reply::fields(
+                ctx,
+                &[
+                    ("token", Field::Bytes(lock.token())),
+                    ("fence", Field::Int(lock.fence() as i64)),
+                    ("ttl", Field::Int(ttl)),
+                    ("waiters", waiters),
+                    ("mode", Field::Bytes(b"exclusive")),
+                    ("client", Field::Int(client)),
+                    ("holders", Field::Maps(&[&holder])),
+                ],
+            ))
+        }
+        Held::Multi(h) => {
+            let live: Vec<_> = h
+                .by_fence()
+                .into_iter()
+                .filter(|(_, x)| !holders::ended(x.expire_at, now))
+                .map(|(token, x)| {
+                    let client = ephemeral::client_of(&id, token, x.fence) as i64;
+                    [
+                        ("token", Field::Bytes(token)),
+                        ("fence", Field::Int(x.fence as i64)),
+                        ("ttl", Field::Int(x.expire_at.saturating_sub(now))),
+                        ("client", Field::Int(client)),
+                    ]
+                })
+                .collect();
+            let maps: Vec<&[(&str, Field)]> = live.iter().map(|m| &m[..]).collect();
+            let (mode, limit): (&[u8], _) = match h.kind() {
+                holders::Kind::Shared => (b"shared", None),
+                holders::Kind::Semaphore { limit } => (b"semaphore", Some(limit)),
+            };
+            let mut fields = vec![("mode", Field::Bytes(mode))];
+            if let Some(limit) = limit {
+                fields.push(("limit", Field::Int(i64::from(limit))));
+            }
+            fields.extend([
+                ("ttl", Field::Int(ttl)),
+                ("waiters", waiters),
+                ("holders", Field::Maps(&maps)),
+            ]);
+            Ok(reply::fields(ctx, &fields))
+        }
+    }
+}
+
+/// Replays one holder's effect exactly as the master (or the AOF) recorded
+/// it. Internal, like `LOCK._APPLY`; versioned, so a newer master's effect
+/// is refused by an older module rather than misread.
+pub fn apply_hold(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
+    if !ffi::from_master_or_aof(ctx) {
+        return Err(LockError::InternalCommand);
+    }
+    let effect = args::parse_hold(argv)?;
+    let mut key = LockKey::open(ctx, &call.key(), true);
+    let current_kind = match held(&key)? {
+        Held::Free => None,
+        Held::Multi(h) => Some(h.kind()),
+        Held::Exclusive(_) => return Err(LockError::KindMismatch(grant::KeyKind::ReadWrite)),
+    };
+    match effect {
+        HoldEffect::Grant {
+            kind,
+            token,
+            fence,
+            expire_at_ms,
+        } => {
+            let hold = Hold {
+                fence,
+                expire_at: expire_at_ms,
+            };
+            match current_kind {
+                Some(k) if k == kind => {
+                    if let Some(h) = key.holders_mut() {
+                        h.insert(token, hold);
+                    }
+                }
+                None => {
+                    let mut h = Holders::new(kind);
+                    h.insert(token, hold);
+                    key.set_holders(h);
+                }
+                Some(_) => return Err(LockError::WrongType),
+            }
+            state::with_clock(|c| c.observe(fence));
+        }
+        HoldEffect::End { token } => {
+            if let Some(h) = key.holders_mut() {
+                h.remove(token);
+            }
+        }
+    }
+    let (earliest, latest) = match key.holders() {
+        Some(h) => (h.earliest(), h.latest()),
+        None => (None, None),
+    };
+    match latest {
+        Some(at) => key.set_expire_at(at),
+        None => key.delete(),
+    }
+    drop(key);
+    // Its master ends the leases; should this server be promoted, it
+    // watches them itself.
+    if let Some(at) = earliest {
+        let id = waiting::lock_id(ctx, &call.key());
+        scheduler::at(ctx, Job::Leases(id), at.saturating_add(1));
+    }
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
 /// Rebuilds a grant exactly as the master (or the AOF) recorded it. Only the

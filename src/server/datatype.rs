@@ -7,8 +7,10 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::core::fence::{self, FenceClock};
-use crate::core::lock::{LockRef, ENCODING_VERSION};
-use crate::core::record::Record;
+use crate::core::holders::{Hold, Holders, Kind};
+use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
+use crate::core::record::{Record, Stored};
+use crate::server::scheduler::{self, Job};
 use crate::server::{ffi, guard, state, stats, waiting};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -28,9 +30,9 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(copy),
         free_effort2: None,
         mem_usage2: None,
         unlink2: Some(unlink),
@@ -42,40 +44,94 @@ const CLOCK_ENCODING_VERSION: c_int = 1;
 
 /// # Safety
 /// `value` must be a pointer Redis got from this type, i.e. a `Record`.
-unsafe fn lock_ref<'a>(value: *const c_void) -> LockRef<'a> {
+unsafe fn stored<'a>(value: *const c_void) -> Stored<'a> {
     // SAFETY: guaranteed by the caller.
     unsafe { Record::borrow_raw(value) }
 }
 
+/// A record in RDB (encoding version 2): its mode; then an exclusive lock
+/// or gate as fence and token (as in version 1), or holders as limit (0 for
+/// shared), count, and each hold's fence, lease end and token.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: Redis passes a value of this type.
-        let lock = unsafe { lock_ref(value) };
-        raw::save_unsigned(rdb, lock.mode().code());
-        raw::save_unsigned(rdb, lock.fence());
-        raw::save_slice(rdb, lock.token());
+        match unsafe { stored(value) } {
+            Stored::Single(lock) => {
+                raw::save_unsigned(rdb, lock.mode().code());
+                raw::save_unsigned(rdb, lock.fence());
+                raw::save_slice(rdb, lock.token());
+            }
+            Stored::Multi(holders) => {
+                let (mode, limit) = match holders.kind() {
+                    Kind::Shared => (Mode::Shared, 0),
+                    Kind::Semaphore { limit } => (Mode::Semaphore, u64::from(limit)),
+                };
+                raw::save_unsigned(rdb, mode.code());
+                raw::save_unsigned(rdb, limit);
+                raw::save_unsigned(rdb, holders.len() as u64);
+                for (token, hold) in holders.iter() {
+                    raw::save_unsigned(rdb, hold.fence);
+                    raw::save_signed(rdb, hold.expire_at);
+                    raw::save_slice(rdb, token);
+                }
+            }
+        }
     })
+}
+
+/// Reads the holders of a shared lock or semaphore (after their mode).
+fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
+    let limit = raw::load_unsigned(rdb).ok()?;
+    let kind = match mode {
+        Mode::Shared if limit == 0 => Kind::Shared,
+        Mode::Semaphore => Kind::Semaphore {
+            limit: u32::try_from(limit).ok()?,
+        },
+        _ => return None,
+    };
+    let count = raw::load_unsigned(rdb).ok()?;
+    // Never trust the count for an allocation: a forged one would be huge.
+    let mut holds = Vec::with_capacity(count.min(1024) as usize);
+    for _ in 0..count {
+        let fence = raw::load_unsigned(rdb).ok()?;
+        let expire_at = raw::load_signed(rdb).ok()?;
+        let token = raw::load_string_buffer(rdb).ok()?;
+        holds.push((token.as_ref().to_vec(), Hold { fence, expire_at }));
+    }
+    Holders::from_stored(kind, holds).ok()
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
         let fields = (|| {
             let mode = raw::load_unsigned(rdb).ok()?;
-            let fence = raw::load_unsigned(rdb).ok()?;
-            let token = raw::load_string_buffer(rdb).ok()?;
-            let lock = LockRef::decode(encver, mode, fence, token.as_ref()).ok()?;
-            Some(Record::new(lock))
+            match Mode::from_code(mode)? {
+                m @ (Mode::Shared | Mode::Semaphore)
+                    if (2..=ENCODING_VERSION).contains(&encver) =>
+                {
+                    Some(Record::new_multi(load_holders(rdb, m)?))
+                }
+                _ => {
+                    let fence = raw::load_unsigned(rdb).ok()?;
+                    let token = raw::load_string_buffer(rdb).ok()?;
+                    let lock = LockRef::decode(encver, mode, fence, token.as_ref()).ok()?;
+                    Some(Record::new(lock))
+                }
+            }
         })();
         let Some(record) = fields else {
             return std::ptr::null_mut();
         };
-        if record.view().is_gate() {
-            // A gate's fence was issued elsewhere: it is remembered by the
-            // gate, never fed into this server's fence clock.
-            stats::record_created();
-            return record.into_raw();
-        }
-        let fence = record.view().fence();
+        let fence = match record.view() {
+            Stored::Single(lock) if lock.is_gate() => {
+                // A gate's fence was issued elsewhere: it is remembered by
+                // the gate, never fed into this server's fence clock.
+                stats::record_created();
+                return record.into_raw();
+            }
+            Stored::Single(lock) => lock.fence(),
+            Stored::Multi(holders) => holders.highest_fence(),
+        };
         // A client's RESTORE payload may carry any fence: one far ahead of
         // what a server could have issued would use up the fences of every
         // key, so it is refused (and logged). The server's own data and its
@@ -96,6 +152,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         // A restored or loaded lock raises the floor for new fences.
         state::with_clock(|c| c.observe(fence));
+        // Holders' leases end on their own: watch the first one.
+        if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
+            if let (Some(at), Some(ctx)) = (holders.earliest(), state::detached_context()) {
+                scheduler::at(&ctx, Job::Leases(id), at.saturating_add(1));
+            }
+        }
         stats::record_created();
         record.into_raw()
     })
@@ -108,23 +170,25 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     guard::callback((), || {
         // SAFETY: Redis passes a value of this type.
-        let lock = unsafe { lock_ref(value) };
-        if lock.is_gate() {
-            ffi::emit_aof_gate(aof, key, lock.fence());
-        } else {
-            ffi::emit_aof_grant(aof, key, lock);
+        match unsafe { stored(value) } {
+            Stored::Single(lock) if lock.is_gate() => ffi::emit_aof_gate(aof, key, lock.fence()),
+            Stored::Single(lock) => ffi::emit_aof_grant(aof, key, lock),
+            Stored::Multi(holders) => ffi::emit_aof_holders(aof, key, holders),
         }
     })
 }
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    guard::callback(0, || Record::size_of(unsafe { lock_ref(value) }))
+    guard::callback(0, || Record::size_of(unsafe { stored(value) }))
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // SAFETY: Redis passes a value of this type.
-    guard::callback((), || ffi::digest_lock(md, unsafe { lock_ref(value) }))
+    guard::callback((), || match unsafe { stored(value) } {
+        Stored::Single(lock) => ffi::digest_lock(md, lock),
+        Stored::Multi(holders) => ffi::digest_holders(md, holders),
+    })
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
@@ -137,24 +201,33 @@ unsafe extern "C" fn free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    opt: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
-        let copied = Record::new(unsafe { lock_ref(value) }).into_raw();
+        let source = unsafe { stored(value) };
+        let copied = Record::copy_of(source).into_raw();
         stats::record_created();
+        // The copy's holders' leases end on their own too: watch the first.
+        if let (Stored::Multi(holders), Some(ctx)) = (source, state::detached_context()) {
+            if let Some(at) = holders.earliest() {
+                let id = ffi::copy_target(opt);
+                scheduler::at(&ctx, Job::Leases(id), at.saturating_add(1));
+            }
+        }
         copied
     })
 }
 
 /// A lock is leaving the keyspace, for any reason but a flush.
-unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::callback((), || {
         let (db, key) = ffi::unlinked_key(opt);
         stats::note_unlink(key);
-        waiting::on_lock_unlinked(db, key);
+        // SAFETY: Redis passes a value of this type.
+        let with_holders = matches!(unsafe { stored(value) }, Stored::Multi(_));
+        waiting::on_lock_unlinked(db, key, with_holders);
     })
 }
 

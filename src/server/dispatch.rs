@@ -37,6 +37,9 @@ impl Call<'_> {
 
 type Handler = fn(&Call) -> Reply;
 
+/// Where `LOCK._HOLD` has its token: it depends on the effect.
+const HOLD_TOKEN: c_int = -1;
+
 /// Arguments up to this many are viewed from the stack.
 const INLINE_ARGS: usize = 8;
 
@@ -77,6 +80,17 @@ fn dispatch(
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
     };
+    let token_at = match token_at {
+        // `LOCK._HOLD key 1 END token` / `… GRANT kind limit token fence at`
+        HOLD_TOKEN => {
+            if argc == 5 {
+                4
+            } else {
+                6
+            }
+        }
+        at => at,
+    };
     if token_at > 0 && token_at < argc {
         // Tokens are credentials: keep them out of SLOWLOG and MONITOR. Only
         // once the handler is done with the arguments: some servers (Valkey)
@@ -113,7 +127,7 @@ type Registration = (
 
 /// Registers every command; false if Redis refused one.
 pub fn register(ctx: &Context) -> bool {
-    let table: [Registration; 9] = [
+    let table: [Registration; 10] = [
         // May create a lock, so refused when memory is full.
         (
             c"lock.acquire",
@@ -164,6 +178,14 @@ pub fn register(ctx: &Context) -> bool {
         (
             c"lock._apply",
             entry!(commands::apply, 2),
+            c"write",
+            1,
+            1,
+            1,
+        ),
+        (
+            c"lock._hold",
+            entry!(commands::apply_hold, HOLD_TOKEN),
             c"write",
             1,
             1,

@@ -1,9 +1,9 @@
 //! `EPHEMERAL`: holds bound to the connection that asked for them, released
 //! the moment it closes.
 //!
-//! Two small indexes, kept only for bound holds: lock → binding, and client
-//! → its bound locks, so a disconnect looks at that client's holds only (no
-//! scan of all locks). A binding names the exact grant (token and fence):
+//! Two small indexes, kept only for bound holds: lock → its bound holders,
+//! and client → its bound holds, so a disconnect looks at that client's
+//! holds only (no scan of all locks). A binding names the exact grant (token and fence):
 //! the release on disconnect goes through the scheduler as a revoke of that
 //! grant, the same path as `LOCK.RELEASE` (replicated as a release, handed
 //! to waiters, notified), and does nothing if the lock has moved on. The
@@ -20,26 +20,47 @@ use crate::server::scheduler::{self, Job};
 use crate::server::waiting::LockId;
 use crate::server::{ffi, guard, stats};
 
-struct Binding {
-    client: u64,
-    token: Vec<u8>,
-    fence: u64,
-}
+/// One bound hold: a holder of a lock, by token.
+type HoldId = (LockId, Vec<u8>);
 
 #[derive(Default)]
 struct Bindings {
-    by_lock: HashMap<LockId, Binding>,
-    by_client: HashMap<u64, HashSet<LockId>>,
+    /// lock → token → (client, fence)
+    by_lock: HashMap<LockId, HashMap<Vec<u8>, (u64, u64)>>,
+    by_client: HashMap<u64, HashSet<HoldId>>,
+    bound: usize,
 }
 
 impl Bindings {
+    fn unbind_holder(&mut self, lock: &LockId, token: &[u8]) {
+        let Some(holds) = self.by_lock.get_mut(lock) else {
+            return;
+        };
+        let removed = holds.remove(token);
+        if holds.is_empty() {
+            self.by_lock.remove(lock);
+        }
+        if let Some((client, _)) = removed {
+            self.bound -= 1;
+            self.forget_client_hold(client, &(lock.clone(), token.to_vec()));
+        }
+    }
+
     fn unbind(&mut self, lock: &LockId) {
-        if let Some(b) = self.by_lock.remove(lock) {
-            if let Some(locks) = self.by_client.get_mut(&b.client) {
-                locks.remove(lock);
-                if locks.is_empty() {
-                    self.by_client.remove(&b.client);
-                }
+        let Some(holds) = self.by_lock.remove(lock) else {
+            return;
+        };
+        self.bound -= holds.len();
+        for (token, (client, _)) in holds {
+            self.forget_client_hold(client, &(lock.clone(), token));
+        }
+    }
+
+    fn forget_client_hold(&mut self, client: u64, hold: &HoldId) {
+        if let Some(holds) = self.by_client.get_mut(&client) {
+            holds.remove(hold);
+            if holds.is_empty() {
+                self.by_client.remove(&client);
             }
         }
     }
@@ -55,29 +76,43 @@ fn with<R>(f: impl FnOnce(&mut Bindings) -> R) -> R {
 }
 
 /// Binds the grant `(token, fence)` of `lock` to `client`, replacing any
-/// earlier binding of the lock.
+/// earlier binding of that holder.
 pub fn bind(lock: LockId, client: u64, token: &[u8], fence: u64) {
     with(|b| {
-        b.unbind(&lock);
-        b.by_client.entry(client).or_default().insert(lock.clone());
-        b.by_lock.insert(
-            lock,
-            Binding {
-                client,
-                token: token.to_vec(),
-                fence,
-            },
-        );
+        b.unbind_holder(&lock, token);
+        b.by_client
+            .entry(client)
+            .or_default()
+            .insert((lock.clone(), token.to_vec()));
+        b.by_lock
+            .entry(lock)
+            .or_default()
+            .insert(token.to_vec(), (client, fence));
+        b.bound += 1;
     });
 }
 
-/// The lock is no longer bound (released, re-granted without `EPHEMERAL`,
-/// gone from the keyspace).
+/// Whether any hold is bound at all (the common case is none, and then
+/// callers need not even name the lock).
+pub fn any() -> bool {
+    with(|b| b.bound > 0)
+}
+
+/// No hold of the lock is bound any more (released, gone from the keyspace).
 pub fn unbind(lock: &LockId) {
     if with(|b| b.by_lock.is_empty()) {
         return;
     }
     with(|b| b.unbind(lock));
+}
+
+/// `token`'s hold of the lock is no longer bound (released, re-granted
+/// without `EPHEMERAL`, lease ended).
+pub fn unbind_holder(lock: &LockId, token: &[u8]) {
+    if with(|b| b.by_lock.is_empty()) {
+        return;
+    }
+    with(|b| b.unbind_holder(lock, token));
 }
 
 /// Drops the bindings of locks matching `filter` (a flushed or swapped
@@ -96,28 +131,34 @@ pub fn client_of(lock: &LockId, token: &[u8], fence: u64) -> u64 {
     with(|b| {
         b.by_lock
             .get(lock)
-            .filter(|b| b.fence == fence && b.token == token)
-            .map_or(0, |b| b.client)
+            .and_then(|holds| holds.get(token))
+            .filter(|(_, f)| *f == fence)
+            .map_or(0, |(client, _)| *client)
     })
 }
 
 /// Number of bound holds, for `INFO redislock`.
 pub fn count() -> usize {
-    with(|b| b.by_lock.len())
+    with(|b| b.bound)
 }
 
 /// A connection closed: each of its bound holds is released through the
 /// scheduler (a server event is no place to write from).
 fn on_client_gone(ctx: &Context, client: u64) {
     let bound: Vec<(LockId, Vec<u8>, u64)> = with(|b| {
-        let Some(locks) = b.by_client.remove(&client) else {
+        let Some(holds) = b.by_client.remove(&client) else {
             return Vec::new();
         };
-        locks
+        holds
             .into_iter()
-            .filter_map(|lock| {
-                let binding = b.by_lock.remove(&lock)?;
-                Some((lock, binding.token, binding.fence))
+            .filter_map(|(lock, token)| {
+                let lock_holds = b.by_lock.get_mut(&lock)?;
+                let (_, fence) = lock_holds.remove(&token)?;
+                if lock_holds.is_empty() {
+                    b.by_lock.remove(&lock);
+                }
+                b.bound -= 1;
+                Some((lock, token, fence))
             })
             .collect()
     });

@@ -45,6 +45,7 @@ unsafe extern "C" fn on_role_changed(
             ));
         }
         scheduler::soon(&ctx, Job::Epoch(epoch));
+        scheduler::unpark(&ctx);
     })
 }
 

@@ -20,21 +20,17 @@ use crate::core::lock::{self, GateDecision, LockRef};
 use crate::core::slot;
 use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
-use crate::server::stats;
+use crate::server::{held, stats};
 
 pub fn call(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_call(argv)?;
     let name = call.key();
     let key = LockKey::open(ctx, &name, false);
-    let held = match key.kind() {
-        KeyKind::Empty => false,
-        KeyKind::Lock => match key.lock() {
-            Some(l) if l.is_gate() => return Err(LockError::GateNotLock),
-            l => lock::owned_by(l, req.token),
-        },
-        KeyKind::Other => return Err(LockError::WrongType),
-    };
+    // Any kind of hold: exclusive, shared or a semaphore place.
+    let held = held::held(&key)?
+        .fence_of(req.token, ffi::now_ms())
+        .is_some();
     drop(key);
     if !held {
         stats::CALLS_NOT_OWNER.bump();
@@ -194,9 +190,7 @@ pub fn apply_gate(call: &Call) -> Reply {
     let mut key = LockKey::open(ctx, &call.key(), true);
     match key.kind() {
         KeyKind::Other => return Err(LockError::WrongType),
-        KeyKind::Lock if key.lock().is_some_and(|l| !l.is_gate()) => {
-            return Err(LockError::LockNotGate)
-        }
+        KeyKind::Lock if key.gate().is_none() => return Err(LockError::LockNotGate),
         _ => {}
     }
     key.set_lock(LockRef::gate(fence));

@@ -8,10 +8,13 @@ use std::ffi::CStr;
 use redis_module::{Context, RedisString};
 
 use crate::core::errors::LockError;
+use crate::core::holders::{self, Hold, Holders, Kind};
 use crate::core::lock::LockRef;
+use crate::core::record::Stored;
 use crate::server::ffi::{self, LockKey};
+use crate::server::scheduler::{self, Job};
 use crate::server::waiting::{self, LockId};
-use crate::server::{ephemeral, state};
+use crate::server::{ephemeral, state, stats};
 
 /// Grants the free lock `name` (open for writing as `key`) to `token` until
 /// `expire_at`, with a new fence, and propagates it. `event` is the
@@ -47,7 +50,9 @@ pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at
 
 /// Deletes the lock `name` and hands it to its first waiter.
 pub fn release(ctx: &Context, name: &RedisString, mut key: LockKey) {
-    ephemeral::unbind(&waiting::lock_id(ctx, name));
+    if ephemeral::any() {
+        ephemeral::unbind(&waiting::lock_id(ctx, name));
+    }
     key.delete();
     drop(key);
     ffi::replicate_delete(ctx, name);
@@ -63,10 +68,159 @@ pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) {
     }
     let name = ctx.create_string(id.1.as_slice());
     let key = LockKey::open(ctx, &name, true);
-    let ours = key
-        .lock()
-        .is_some_and(|l| l.fence() == fence && l.is_held_by(token));
-    if ours {
-        release(ctx, &name, key);
+    match key.stored() {
+        Some(Stored::Single(l)) if l.fence() == fence && l.is_held_by(token) => {
+            release(ctx, &name, key)
+        }
+        Some(Stored::Multi(h)) if h.get(token).is_some_and(|h| h.fence == fence) => {
+            release_holder(ctx, &name, key, token)
+        }
+        _ => {}
     }
+}
+
+/// Gives `token` a new hold on the key `name` (free, or holding `kind`
+/// holders with room), with a new fence, and propagates it.
+pub fn grant_holder(
+    ctx: &Context,
+    name: &RedisString,
+    mut key: LockKey,
+    kind: Kind,
+    token: &[u8],
+    expire_at: i64,
+    event: &CStr,
+) -> Result<u64, LockError> {
+    let fence =
+        state::with_clock(|c| c.next_fence(ffi::now_ms())).ok_or(LockError::FenceExhausted)?;
+    let hold = Hold { fence, expire_at };
+    match key.holders_mut() {
+        Some(holders) => holders.insert(token, hold),
+        None => {
+            let mut holders = Holders::new(kind);
+            holders.insert(token, hold);
+            if !key.set_holders(holders) {
+                return Err(LockError::Internal);
+            }
+        }
+    }
+    settle_expiry(ctx, name, key, true);
+    ffi::replicate_hold(ctx, name, kind, token, hold);
+    ffi::notify(ctx, event, name);
+    Ok(fence)
+}
+
+/// Moves the lease of `token`'s hold (re-grant, extend); its fence stays.
+pub fn set_holder_expiry(
+    ctx: &Context,
+    name: &RedisString,
+    mut key: LockKey,
+    token: &[u8],
+    expire_at: i64,
+) {
+    let Some(holders) = key.holders_mut() else {
+        return;
+    };
+    if !holders.set_expiry(token, expire_at) {
+        return;
+    }
+    let kind = holders.kind();
+    let Some(hold) = holders.get(token) else {
+        return;
+    };
+    settle_expiry(ctx, name, key, true);
+    ffi::replicate_hold(ctx, name, kind, token, hold);
+    ffi::notify(ctx, c"lock.extended", name);
+}
+
+/// Ends `token`'s hold and hands the freed room to the waiters.
+pub fn release_holder(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8]) {
+    if ephemeral::any() {
+        ephemeral::unbind_holder(&waiting::lock_id(ctx, name), token);
+    }
+    end_hold(ctx, name, key, token, c"lock.released");
+    waiting::serve(ctx, name);
+}
+
+/// Ends every hold of `name` whose lease has run out, as the holders'
+/// own releases would (propagated, notified, unbound), and returns the key
+/// open again. Does not serve the waiters: the caller does.
+pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
+    let now = ffi::now_ms();
+    let due = key
+        .holders()
+        .and_then(|h| h.earliest())
+        .is_some_and(|at| holders::ended(at, now));
+    if !due {
+        return key;
+    }
+    let mut key = key;
+    let id = ephemeral::any().then(|| waiting::lock_id(ctx, name));
+    let mut ended = Vec::new();
+    if let Some(holders) = key.holders_mut() {
+        while let Some((token, _)) = holders.pop_ended(now) {
+            ended.push(token);
+        }
+    }
+    settle_expiry(ctx, name, key, false);
+    for token in ended {
+        if let Some(id) = &id {
+            ephemeral::unbind_holder(id, &token);
+        }
+        ffi::replicate_hold_end(ctx, name, &token);
+        stats::LEASE_ENDS.bump();
+    }
+    ffi::notify(ctx, c"lock.expired", name);
+    LockKey::open(ctx, name, true)
+}
+
+/// Ends `token`'s hold without serving anyone.
+fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8], event: &CStr) {
+    if key.holders_mut().and_then(|h| h.remove(token)).is_none() {
+        return;
+    }
+    settle_expiry(ctx, name, key, false);
+    ffi::replicate_hold_end(ctx, name, token);
+    ffi::notify(ctx, event, name);
+}
+
+/// After a change of holders: the key's TTL is the latest lease, and the key
+/// goes with its last holder. With `watch` (a lease was set), the next lease
+/// to end is watched; removing holds never brings it earlier, and the job
+/// already set for it looks again when it fires. Closes the key.
+fn settle_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, watch: bool) {
+    let Some(holders) = key.holders() else {
+        return;
+    };
+    let (earliest, latest) = (holders.earliest(), holders.latest());
+    match latest {
+        None => key.delete(),
+        Some(at) => key.set_expire_at(at),
+    }
+    drop(key);
+    if let (true, Some(at)) = (watch, earliest) {
+        scheduler::at(
+            ctx,
+            Job::Leases(waiting::lock_id(ctx, name)),
+            at.saturating_add(1),
+        );
+    }
+}
+
+/// Looks at the holders of a lock from a scheduler job: ends the leases
+/// that ran out and hands their room on.
+pub fn tend(ctx: &Context, id: &LockId) {
+    if !ffi::select_db(ctx, id.0) {
+        return;
+    }
+    let name = ctx.create_string(id.1.as_slice());
+    let key = LockKey::open(ctx, &name, true);
+    let key = end_leases(ctx, &name, key);
+    // Still holding: watch the next lease to end.
+    if let Some(at) = key.holders().and_then(|h| h.earliest()) {
+        drop(key);
+        scheduler::at(ctx, Job::Leases(id.clone()), at.saturating_add(1));
+    } else {
+        drop(key);
+    }
+    waiting::serve(ctx, &name);
 }

@@ -13,6 +13,7 @@ mod ffi;
 mod gate;
 mod guard;
 mod guarded;
+mod held;
 mod lockops;
 mod reply;
 mod scheduler;

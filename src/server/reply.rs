@@ -24,6 +24,12 @@ pub fn fields(ctx: &Context, pairs: &[(&str, Field<'_>)]) -> RedisValue {
             Field::Int(i) => {
                 raw::reply_with_long_long(ctx.ctx, *i);
             }
+            Field::Maps(maps) => {
+                raw::reply_with_array(ctx.ctx, maps.len() as _);
+                for map in maps.iter() {
+                    fields(ctx, map);
+                }
+            }
         }
     }
     RedisValue::NoReply
@@ -32,6 +38,8 @@ pub fn fields(ctx: &Context, pairs: &[(&str, Field<'_>)]) -> RedisValue {
 pub enum Field<'a> {
     Bytes(&'a [u8]),
     Int(i64),
+    /// A list of field/value maps (the holders of a lock).
+    Maps(&'a [&'a [(&'a str, Field<'a>)]]),
 }
 
 fn bulk(ctx: &Context, bytes: &[u8]) {

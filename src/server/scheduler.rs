@@ -1,6 +1,7 @@
 //! Everything the module does later runs from one Redis timer, armed for
 //! the earliest job of one schedule: a lock to look at again (a holder's
-//! expiry while clients wait, a handoff after a deletion or a flush), a
+//! expiry while clients wait, a handoff after a deletion or a flush), the
+//! next lease to end among a shared lock's or semaphore's holders, a
 //! waiter's deadline, a grant to revoke, an epoch to propagate.
 //!
 //! One job per lock and per waiter at most, replaced rather than added to,
@@ -11,6 +12,7 @@
 //! that scheduled them, so no job can spin the event loop.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
 use std::ffi::c_void;
 
 use redis_module::{raw, Context};
@@ -28,6 +30,9 @@ pub const RETRY_MS: i64 = 10;
 pub enum Job {
     /// Look at a lock again and hand it to its first waiter if it is free.
     Serve(LockId),
+    /// End the holds of a shared lock or semaphore whose leases ran out,
+    /// and hand their room on.
+    Leases(LockId),
     /// A waiter's `BLOCK` timeout.
     Deadline(BlockedHandle),
     /// Give back a grant whose client left before its reply: lock, token, fence.
@@ -41,6 +46,9 @@ thread_local! {
     static SCHEDULE: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
+    /// Lease ends that fell due while this server was a replica (its master
+    /// ends them): looked at again if it is promoted.
+    static PARKED: RefCell<HashSet<LockId>> = RefCell::new(HashSet::new());
 }
 
 fn with<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
@@ -62,11 +70,41 @@ pub fn soon(ctx: &Context, job: Job) {
 /// for a job cancelled while others remain fires once, finds nothing due,
 /// and is re-armed for what is left.)
 pub fn cancel(job: &Job) {
+    if let Job::Leases(id) = job {
+        PARKED.with(|p| {
+            let mut p = p.borrow_mut();
+            if !p.is_empty() {
+                p.remove(id);
+            }
+        });
+    }
     let emptied = with(|s| s.cancel(job) && s.is_empty());
     if emptied && ARMED.with(Cell::get).is_some() {
         if let Some(ctx) = state::detached_context() {
             rearm(&ctx);
         }
+    }
+}
+
+/// Forgets the lease-end jobs of the locks in the flushed database(s)
+/// (`db` -1: all); the holders went with the flush.
+pub fn forget_leases_in(db: i32) {
+    let flushed = |id: &LockId| db == -1 || id.0 == db;
+    with(|s| s.cancel_where(|job| matches!(job, Job::Leases(id) if flushed(id))));
+    PARKED.with(|p| p.borrow_mut().retain(|id| !flushed(id)));
+    if with(|s| s.is_empty()) && ARMED.with(Cell::get).is_some() {
+        if let Some(ctx) = state::detached_context() {
+            rearm(&ctx);
+        }
+    }
+}
+
+/// This server was promoted: the lease ends it left to its old master are
+/// its own again.
+pub fn unpark(ctx: &Context) {
+    let parked = PARKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    for id in parked {
+        soon(ctx, Job::Leases(id));
     }
 }
 
@@ -127,8 +165,14 @@ fn run(ctx: &Context, job: Job) {
         Ok(()) => {}
         // A replica writes only what its master sends: its waiters were
         // already answered on demotion, a grant it made is its master's
-        // business now, and the epoch is its master's.
-        Err(Hold::Replica) => return,
+        // business now, and the epoch is its master's. Lease ends wait for
+        // a promotion.
+        Err(Hold::Replica) => {
+            if let Job::Leases(id) = job {
+                PARKED.with(|p| p.borrow_mut().insert(id));
+            }
+            return;
+        }
         Err(_) => {
             let retry = ffi::now_ms().saturating_add(RETRY_MS);
             with(|s| s.set_earlier(job, retry));
@@ -137,6 +181,7 @@ fn run(ctx: &Context, job: Job) {
     }
     match job {
         Job::Serve(id) => waiting::serve_id(ctx, &id),
+        Job::Leases(id) => lockops::tend(ctx, &id),
         Job::Revoke(id, token, fence) => lockops::revoke(ctx, &id, &token, fence),
         Job::Epoch(epoch) => {
             // Only the newest epoch matters.

@@ -39,6 +39,8 @@ pub static EXTENDS_NOT_OWNER: Counter = Counter::new();
 pub static WAITS: Counter = Counter::new();
 /// Grants made to a waiting client.
 pub static HANDOFFS: Counter = Counter::new();
+/// Holds of shared locks and semaphores ended by their lease.
+pub static LEASE_ENDS: Counter = Counter::new();
 /// Waits that ended without the lock (timeout or `CLIENT UNBLOCK`).
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
 /// Holds released because their `EPHEMERAL` connection closed.
@@ -136,6 +138,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
             ("extends_not_owner", &EXTENDS_NOT_OWNER),
             ("waits", &WAITS),
             ("handoffs", &HANDOFFS),
+            ("lease_ends", &LEASE_ENDS),
             ("wait_timeouts", &WAIT_TIMEOUTS),
             ("expired", &EXPIRED),
             ("ephemeral_releases", &EPHEMERAL_RELEASES),

@@ -22,9 +22,11 @@ use std::ffi::c_int;
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
+use crate::core::grant::{self, Decision, Want};
 use crate::core::lock;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
+use crate::server::held;
 use crate::server::scheduler::{self, Job};
 use crate::server::{cluster, ephemeral, guard, lockops, reply, state, stats};
 
@@ -35,8 +37,21 @@ pub type LockId = (i32, Vec<u8>);
 pub struct Request {
     token: Vec<u8>,
     ttl_ms: u64,
+    /// Exclusive, shared, or a semaphore place.
+    want: Want,
     /// With `EPHEMERAL`: the waiting connection, which the grant is bound to.
     bind_to: Option<u64>,
+}
+
+impl Request {
+    pub fn new(token: &[u8], want: Want, ttl_ms: u64, bind_to: Option<u64>) -> Request {
+        Request {
+            token: token.to_vec(),
+            ttl_ms,
+            want,
+            bind_to,
+        }
+    }
 }
 
 thread_local! {
@@ -78,7 +93,8 @@ fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
 }
 
 /// Blocks the calling client until it is granted `name` or `timeout_ms`
-/// passes (0: no limit). `held_until` is the current holder's expiry.
+/// passes (0: no limit). `held_until` is when the key's holds may next
+/// change by themselves (the holder's expiry, the first lease to end).
 ///
 /// The deadline is the module's own, not Redis's blocked-client timeout: on
 /// Redis 7.0 a client whose timeout is processed in the same event-loop
@@ -88,25 +104,13 @@ fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
 pub fn block(
     ctx: &Context,
     name: &RedisString,
-    token: &[u8],
-    ttl_ms: u64,
+    request: Request,
     timeout_ms: u64,
     held_until: Option<i64>,
-    bind_to: Option<u64>,
 ) {
     let id = lock_id(ctx, name);
     let handle = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect);
-    with(|w| {
-        w.enqueue(
-            handle,
-            id.clone(),
-            Request {
-                token: token.to_vec(),
-                ttl_ms,
-                bind_to,
-            },
-        )
-    });
+    with(|w| w.enqueue(handle, id.clone(), request));
     stats::WAITS.bump();
     if let Some(at) = held_until {
         scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
@@ -140,73 +144,136 @@ pub fn watch_expiry(ctx: &Context, name: &RedisString, expire_at: i64) {
     }
 }
 
-/// Grants `name` (in the context's database) to its first waiter if the
-/// lock is free. Call only where writing is allowed: a command, or a
-/// scheduler job that checked the server's state.
+/// Grants `name` (in the context's database) to the waiters at the head of
+/// its queue that fit now, in order, as the core's plan says: the first
+/// waiter, then each following one while it fits (consecutive shared
+/// waiters; semaphore waiters while places are free). Call only where
+/// writing is allowed: a command, or a scheduler job that checked the
+/// server's state.
 pub fn serve(ctx: &Context, name: &RedisString) {
     if with(|w| w.is_empty()) {
         return;
     }
     let id = lock_id(ctx, name);
-    let Some((handle, token, ttl_ms, bind_to)) = with(|w| {
-        w.head(&id)
-            .map(|(h, r)| (h, r.token.clone(), r.ttl_ms, r.bind_to))
+    if with(|w| w.count(&id)) == 0 {
+        return;
+    }
+    let key = LockKey::open(ctx, name, true);
+    if key.kind() == KeyKind::Empty && !cluster::may_hand_off_here(ctx, name) {
+        drop(key);
+        refuse_all(&id, Refusal::SlotMoved);
+        return;
+    }
+    if key.kind() == KeyKind::Other || key.gate().is_some() {
+        // Another type, or a fence gate, took the name (SET, RENAME,
+        // RESTORE): the waiters get the answer a new acquire gets, rather
+        // than waiting on a key that may never be a lock again.
+        drop(key);
+        refuse_all(&id, Refusal::WrongType);
+        return;
+    }
+    let key = lockops::end_leases(ctx, name, key);
+    let now = ffi::now_ms();
+    let Ok(current) = held::held(&key) else {
+        return;
+    };
+    // The plan reads the queue only as far as it grants (and one more).
+    let steps: Vec<(BlockedHandle, Decision)> = with(|w| {
+        let decisions = grant::plan(
+            current.occupancy(),
+            w.queue(&id)
+                .map(|(_, r)| (r.want, current.holding(&r.token, now))),
+        );
+        w.queue(&id).map(|(h, _)| h).zip(decisions).collect()
+    });
+    let next_change = current.next_change(&key);
+    drop(key);
+    for (handle, decision) in steps {
+        apply(ctx, name, &id, handle, decision);
+    }
+    if with(|w| w.count(&id)) > 0 {
+        let key = LockKey::open(ctx, name, false);
+        let next = held::held(&key).ok().and_then(|h| h.next_change(&key));
+        drop(key);
+        if let Some(at) = next.or(next_change) {
+            scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
+        }
+    }
+}
+
+/// Carries out the plan's decision for one waiter.
+fn apply(
+    ctx: &Context,
+    name: &RedisString,
+    id: &LockId,
+    handle: BlockedHandle,
+    decision: Decision,
+) {
+    let Some((token, ttl_ms, want, bind_to)) = with(|w| {
+        w.get(handle).map(|x| {
+            (
+                x.request.token.clone(),
+                x.request.ttl_ms,
+                x.request.want,
+                x.request.bind_to,
+            )
+        })
     }) else {
         return;
     };
-    let key = LockKey::open(ctx, name, true);
-    match key.kind() {
-        KeyKind::Empty if !cluster::may_hand_off_here(ctx, name) => {
-            drop(key);
-            refuse_all(&id, Refusal::SlotMoved);
-            return;
-        }
-        KeyKind::Empty => {}
-        KeyKind::Lock if key.lock().is_some_and(|l| l.is_gate()) => {
-            // A fence gate took the name (RENAME, RESTORE): never a lock.
-            drop(key);
-            refuse_all(&id, Refusal::WrongType);
-            return;
-        }
-        KeyKind::Lock => {
-            // Still held (extended, or freed and retaken): look again just
-            // after its expiry.
-            if let Some(at) = key.expire_at() {
-                drop(key);
-                scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
-            }
-            return;
-        }
-        KeyKind::Other => {
-            // Another type took the name: the waiters get the answer a new
-            // acquire gets, rather than waiting on a key that may never be
-            // a lock again.
-            drop(key);
-            refuse_all(&id, Refusal::WrongType);
-            return;
-        }
+    let refusal = match decision {
+        Decision::Busy => return,
+        Decision::Mismatch(kind) => Some(Refusal::Mismatch(kind)),
+        Decision::OtherMode => Some(Refusal::OtherMode),
+        Decision::Grant | Decision::Regrant => None,
+    };
+    if let Some(why) = refusal {
+        with(|w| w.refuse(handle, why));
+        scheduler::cancel(&Job::Deadline(handle));
+        ffi::unblock_client(handle);
+        return;
     }
     // Requests were checked against the TTL bound, so this cannot fail.
     let Some(expire_at) = lock::expiry_at(ffi::now_ms(), ttl_ms) else {
         return;
     };
-    // Exhausted fences: nobody can be granted; waiters time out.
-    let Ok(fence) = lockops::grant(ctx, name, key, &token, expire_at, c"lock.handoff") else {
-        return;
+    let key = LockKey::open(ctx, name, true);
+    let fence = if decision == Decision::Regrant {
+        let fence = held::held(&key)
+            .ok()
+            .and_then(|h| h.fence_of(&token, ffi::now_ms()));
+        match (fence, want) {
+            (Some(fence), Want::Exclusive) => {
+                lockops::set_expiry(ctx, name, key, expire_at);
+                fence
+            }
+            (Some(fence), _) => {
+                lockops::set_holder_expiry(ctx, name, key, &token, expire_at);
+                fence
+            }
+            (None, _) => return,
+        }
+    } else {
+        let granted = match want.creates() {
+            None => lockops::grant(ctx, name, key, &token, expire_at, c"lock.handoff"),
+            Some(kind) => {
+                lockops::grant_holder(ctx, name, key, kind, &token, expire_at, c"lock.handoff")
+            }
+        };
+        // Exhausted fences: nobody can be granted; waiters time out.
+        let Ok(fence) = granted else {
+            return;
+        };
+        fence
     };
     stats::HANDOFFS.bump();
-    if let Some(client) = bind_to {
-        ephemeral::bind(id.clone(), client, &token, fence);
+    match bind_to {
+        Some(client) => ephemeral::bind(id.clone(), client, &token, fence),
+        None => ephemeral::unbind_holder(id, &token),
     }
     scheduler::cancel(&Job::Deadline(handle));
-    let more = with(|w| {
-        w.grant(handle, fence);
-        w.count(&id) > 0
-    });
+    with(|w| w.grant(handle, fence));
     ffi::unblock_client(handle);
-    if more {
-        scheduler::at(ctx, Job::Serve(id), expire_at.saturating_add(1));
-    }
 }
 
 /// Serves a lock from a scheduler job.
@@ -239,9 +306,16 @@ fn serve_soon(id: LockId) {
 /// A lock left the keyspace (release, DEL, UNLINK, expiry, eviction, an
 /// overwrite, the source side of RENAME, MOVE and MIGRATE): Redis is in the
 /// middle of deleting it, so any handoff is scheduled, not made here.
-pub fn on_lock_unlinked(db: i32, key: &[u8]) {
+pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool) {
+    if !with_holders && !ephemeral::any() && with(|w| w.is_empty()) {
+        // The common case, on every expiry and release: nothing to do.
+        return;
+    }
     let id = (db, key.to_vec());
     ephemeral::unbind(&id);
+    if with_holders {
+        scheduler::cancel(&Job::Leases(id.clone()));
+    }
     if with(|w| w.is_empty()) {
         return;
     }
@@ -270,6 +344,7 @@ pub fn on_swapped(first: i32, second: i32) {
 /// the flushed database(s) once the flush is done.
 pub fn on_flushed(db: i32) {
     ephemeral::unbind_where(|(d, _)| db == -1 || *d == db);
+    scheduler::forget_leases_in(db);
     let ids = with(|w| w.locks_where(|(d, _)| db == -1 || *d == db));
     ids.into_iter().for_each(serve_soon);
 }
@@ -285,6 +360,8 @@ fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
                 Refusal::SlotMoved => LockError::SlotMoved,
                 Refusal::Demoted => LockError::ReadOnly,
                 Refusal::WrongType => LockError::WrongType,
+                Refusal::Mismatch(kind) => LockError::KindMismatch(kind),
+                Refusal::OtherMode => LockError::OtherMode,
             };
             reply::error(ctx, &error);
         }

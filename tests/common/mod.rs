@@ -1239,11 +1239,28 @@ pub fn read_resp(r: &mut dyn std::io::BufRead, depth: usize) -> Result<Resp, Str
 
 /// Polls `LOCK.INFO` until `key` has `n` waiters: a state change in the server that a test can
 /// only observe, within a bounded deadline.
+/// The `waiters` field of `LOCK.INFO key`, for a lock of any kind (0 when there is no lock).
+pub fn waiters_of(con: &mut Connection, key: &str) -> i64 {
+    let v = ok(con, &rcmd!("LOCK.INFO", key));
+    let pairs: Vec<(Vec<u8>, Value)> = match v {
+        Value::Array(items) => items
+            .chunks(2)
+            .map(|c| (as_bytes(&c[0]), c[1].clone()))
+            .collect(),
+        Value::Map(items) => items.into_iter().map(|(k, v)| (as_bytes(&k), v)).collect(),
+        _ => return 0,
+    };
+    pairs
+        .iter()
+        .find(|(k, _)| k == b"waiters")
+        .map_or(0, |(_, v)| as_int(v))
+}
+
 #[track_caller]
 pub fn wait_waiters(con: &mut Connection, key: &str, n: i64) {
     let deadline = Instant::now() + Duration::from_secs(10) * time_scale();
     loop {
-        let now = info(con, key).map_or(0, |i| i.waiters);
+        let now = waiters_of(con, key);
         if now == n {
             return;
         }
@@ -1347,6 +1364,30 @@ impl Waiter {
 /// from a thread of its own. It returns at once: wait for the server to count the waiter
 /// (`wait_waiters`, `wait_total_waiters`) before relying on its place in the queue.
 pub fn spawn_waiter_on(port: u16, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
+    spawn_waiter_with_on(port, key, token, px, block_ms, &[])
+}
+
+/// `spawn_waiter` with more options (`SHARED`, `LIMIT n`, `EPHEMERAL`).
+pub fn spawn_waiter_with(
+    server: &Server,
+    key: &str,
+    token: &str,
+    px: i64,
+    block_ms: i64,
+    options: &[&str],
+) -> Waiter {
+    spawn_waiter_with_on(server.port(), key, token, px, block_ms, options)
+}
+
+pub fn spawn_waiter_with_on(
+    port: u16,
+    key: &str,
+    token: &str,
+    px: i64,
+    block_ms: i64,
+    options: &[&str],
+) -> Waiter {
+    let options: Vec<String> = options.iter().map(|o| o.to_string()).collect();
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).expect("client url");
     let mut con = client
         .get_connection_with_timeout(io_timeout())
@@ -1361,11 +1402,11 @@ pub fn spawn_waiter_on(port: u16, key: &str, token: &str, px: i64, block_ms: i64
     let started = Instant::now();
     thread::spawn(move || {
         let t = Instant::now();
-        let reply = run(
-            &mut con,
-            &rcmd!("LOCK.ACQUIRE", &key, &token, "PX", px, "BLOCK", block_ms),
-        )
-        .map_err(|e| err_text(&e));
+        let mut cmd = rcmd!("LOCK.ACQUIRE", &key, &token, "PX", px, "BLOCK", block_ms);
+        for o in &options {
+            cmd.arg(o);
+        }
+        let reply = run(&mut con, &cmd).map_err(|e| err_text(&e));
         let _ = tx.send(WaitReply {
             reply,
             took: t.elapsed(),

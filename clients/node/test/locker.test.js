@@ -5,7 +5,7 @@ const { test, describe, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 const net = require("node:net");
 
-const { Locker, Hold, LockBusyError, LockLostError, UnsupportedError, StaleFenceError } = require("..");
+const { Locker, Hold, LockError, LockBusyError, LockLostError, LockKindError, UnsupportedError, StaleFenceError } = require("..");
 const { Server, LIBRARIES } = require("./servers");
 
 let server;
@@ -159,30 +159,130 @@ for (const lib of LIBRARIES) {
     test("arguments are checked", async () => {
       await assert.rejects(locker.acquire(key("i"), 0), RangeError);
       await assert.rejects(locker.acquire(key("i"), 1000, { shared: true, limit: 2 }), RangeError);
+      for (const limit of [0, -1, 1.5, 1000001]) await assert.rejects(locker.acquire(key("i"), 1000, { limit }), RangeError);
       assert.throws(() => new Locker({}), TypeError);
     });
 
-    test("wave 2 options: skipped until the server has them", async (t) => {
-      const shared = await locker.tryAcquire(key("j"), 1000, { shared: true }).then(
-        (h) => h,
-        (e) => e,
-      );
-      if (shared instanceof UnsupportedError) {
-        t.skip("this server's redislock has no SHARED option yet");
-        return;
-      }
-      assert.ok(shared instanceof Hold);
-      await shared.release();
+    test("shared holds: many readers, each with its own token, fence and lease", async () => {
+      const readers = [];
+      for (const ttl of [10000, 20000, 30000]) readers.push(await locker.acquire(key("rw"), ttl, { shared: true }));
+      const fences = readers.map((h) => h.fence);
+      assert.ok(fences[0] < fences[1] && fences[1] < fences[2]);
+      assert.equal(await locker.tryAcquire(key("rw"), 10000), null);
+      const info = await locker.info(key("rw"));
+      assert.equal(info.mode, "shared");
+      assert.equal(info.token, undefined);
+      assert.equal(info.limit, undefined);
+      assert.deepEqual(info.holders.map((h) => h.token), readers.map((h) => h.token));
+      assert.deepEqual(info.holders.map((h) => h.fence), fences);
+      assert.equal(typeof info.holders[0].fence, "bigint");
+      assert.ok(info.holders[0].ttl > 9000 && info.holders[0].ttl <= 10000);
+      assert.ok(info.ttl > 29000 && info.ttl <= 30000, "the key's TTL is the latest lease");
+      assert.deepEqual(info.holders.map((h) => h.client), [0, 0, 0]);
+      for (const h of readers) assert.equal(await h.owned(), true);
+      await readers[2].extend(5000);
+      assert.ok((await locker.info(key("rw"))).ttl <= 20000);
+      for (const h of readers) assert.equal(await h.release(), true);
+      assert.equal(await readers[0].owned(), false);
+      assert.equal(await locker.info(key("rw")), null);
     });
 
-    test("LOCK.CALL and LOCK.FENCE: skipped until the server has them", async (t) => {
-      if (!(await locker.supports("LOCK.CALL")) || !(await locker.supports("LOCK.FENCE"))) {
-        const hold = await locker.acquire(key("{k}"), 1000);
-        await assert.rejects(hold.call("SET", key("{k}:v"), "1"), UnsupportedError);
-        await hold.release();
-        t.skip("this server's redislock has no LOCK.CALL / LOCK.FENCE yet");
-        return;
+    test("a waiting writer goes before later readers, and readers behind it wait for it", async () => {
+      const reader = await locker.acquire(key("w"), 10000, { shared: true });
+      const writer = locker.acquire(key("w"), 10000, { wait: 10000 });
+      await waitFor(async () => (await locker.info(key("w"))).waiters === 1);
+      assert.equal(await locker.tryAcquire(key("w"), 10000, { shared: true }), null);
+      const behind = locker.acquire(key("w"), 10000, { shared: true, wait: 10000 });
+      await waitFor(async () => (await locker.info(key("w"))).waiters === 2);
+      await reader.release();
+      const w = await writer;
+      assert.ok(w.fence > reader.fence);
+      const info = await locker.info(key("w"));
+      assert.equal(info.mode, "exclusive");
+      assert.equal(info.token, w.token);
+      assert.equal(info.fence, w.fence);
+      assert.deepEqual(info.holders.map((h) => [h.token, h.fence]), [[w.token, w.fence]]);
+      assert.equal(info.waiters, 1);
+      await w.release();
+      const r = await behind;
+      assert.ok(r.fence > w.fence);
+      assert.equal((await locker.info(key("w"))).mode, "shared");
+      await r.release();
+    });
+
+    test("a semaphore grants at most its limit; a lease that ends hands its place on", async () => {
+      const a = await locker.acquire(key("sem"), 300, { limit: 2 });
+      const b = await locker.acquire(key("sem"), 10000, { limit: 2 });
+      assert.equal(await locker.tryAcquire(key("sem"), 10000, { limit: 2 }), null);
+      const info = await locker.info(key("sem"));
+      assert.equal(info.mode, "semaphore");
+      assert.equal(info.limit, 2);
+      assert.deepEqual(info.holders.map((h) => h.token), [a.token, b.token]);
+      const started = Date.now();
+      const c = await locker.acquire(key("sem"), 10000, { limit: 2, wait: 5000 });
+      assert.ok(Date.now() - started >= 150, "granted before the lease ended");
+      assert.equal(await a.owned(), false);
+      assert.equal(await a.release(), false);
+      assert.ok(c.fence > b.fence);
+      await b.release();
+      await c.release();
+      assert.equal(await locker.info(key("sem")), null);
+    });
+
+    test("the same token re-grants with the same fence, in every kind", async () => {
+      for (const opts of [{}, { shared: true }, { limit: 3 }]) {
+        const name = key(`re:${Object.keys(opts).join() || "x"}`);
+        const hold = await locker.acquire(name, 10000, { ...opts, token: "worker-1" });
+        const again = await locker.acquire(name, 30000, { ...opts, token: "worker-1" });
+        assert.equal(again.fence, hold.fence);
+        const info = await locker.info(name);
+        assert.equal(info.holders.length, 1);
+        assert.ok(info.holders[0].ttl > 29000);
+        await again.release();
       }
+    });
+
+    test("a request that does not fit the key: LockKindError, and nothing changes", async () => {
+      const place = await locker.acquire(key("pool"), 10000, { limit: 2 });
+      for (const opts of [{ limit: 3 }, {}, { shared: true }, { limit: 1, wait: 5000 }]) {
+        const err = await locker.acquire(key("pool"), 10000, opts).then(
+          () => assert.fail("granted"),
+          (e) => e,
+        );
+        assert.ok(err instanceof LockKindError && err instanceof LockError, String(err));
+        assert.equal(err.limit, 2);
+        assert.equal(err.otherMode, false);
+        assert.equal(err.lockName, key("pool"));
+      }
+      const reader = await locker.acquire(key("rw2"), 10000, { shared: true, token: "reader-1" });
+      await assert.rejects(locker.acquire(key("rw2"), 10000, { limit: 2 }), (e) => e instanceof LockKindError && e.limit === undefined);
+      await assert.rejects(
+        locker.acquire(key("rw2"), 10000, { token: "reader-1" }),
+        (e) => e instanceof LockKindError && e.otherMode === true,
+      );
+      assert.deepEqual((await locker.info(key("pool"))).holders.map((h) => h.token), [place.token]);
+      assert.deepEqual((await locker.info(key("rw2"))).holders.map((h) => h.token), ["reader-1"]);
+      await place.release();
+      await reader.release();
+    });
+
+    test("using() and LOCK.CALL with a shared hold", async () => {
+      const other = await locker.acquire(key("{u}"), 10000, { shared: true });
+      const result = await locker.using(key("{u}"), 300, { shared: true }, async (signal, hold) => {
+        await new Promise((r) => setTimeout(r, 700)); // past two leases: the renewals keep it
+        assert.equal(signal.aborted, false);
+        assert.equal(await hold.owned(), true);
+        await hold.call("SET", key("{u}:v"), "1");
+        return hold.fence;
+      });
+      assert.ok(result > other.fence);
+      assert.deepEqual((await locker.info(key("{u}"))).holders.map((h) => h.token), [other.token]);
+      await other.release();
+    });
+
+    test("LOCK.CALL and LOCK.FENCE", async () => {
+      assert.equal(await locker.supports("LOCK.CALL"), true);
+      assert.equal(await locker.supports("LOCK.FENCE"), true);
       const hold = await locker.acquire(key("{k}"), 10000);
       await hold.call("SET", key("{k}:v"), "1");
       await hold.release();
@@ -192,3 +292,32 @@ for (const lib of LIBRARIES) {
     });
   });
 }
+
+// What a server with the previous release of the module answers: no SHARED, LIMIT, EPHEMERAL,
+// LOCK.CALL or LOCK.FENCE. A stand-in ioredis client, so that no such server is needed.
+describe("a server without the newer options", () => {
+  const previousRelease = {
+    duplicate() {
+      return this;
+    },
+    async callBuffer(command, ...args) {
+      if (/^LOCK\.(CALL|FENCE)$/i.test(command)) throw new Error(`ERR unknown command '${command}', with args beginning with: `);
+      const option = args.slice(4).find((a) => /^(SHARED|LIMIT|EPHEMERAL)$/i.test(String(a)));
+      if (option) throw new Error(`ERR syntax error: unknown option '${option}'`);
+      return [Buffer.from(String(args[1])), "61727287109632"];
+    },
+    async quit() {},
+  };
+
+  test("their options and commands reject with UnsupportedError", async () => {
+    const locker = new Locker(previousRelease);
+    for (const opts of [{ shared: true }, { limit: 2 }, { ephemeral: true }]) {
+      await assert.rejects(locker.acquire("lock:u", 1000, opts), UnsupportedError);
+    }
+    const hold = await locker.acquire("lock:u", 1000);
+    await assert.rejects(hold.call("SET", "k", "v"), UnsupportedError);
+    await assert.rejects(locker.fenced("gate", 1n, "SET", "k", "v"), UnsupportedError);
+    assert.equal(await locker.supports("LOCK.CALL"), false);
+    await locker.quit();
+  });
+});

@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
-import { Locker, Hold, LockBusyError, LockLostError, StaleFenceError } from "..";
+import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, StaleFenceError } from "..";
 
 declare const client: object;
 
@@ -17,13 +17,23 @@ async function uses(): Promise<bigint> {
   await locker.using("lock:c", 1000, { shared: true }, async () => undefined);
   const info = await locker.info("lock:a");
   const ttl: number | undefined = info?.ttl;
+  const holders: HolderInfo[] = info?.holders ?? [];
+  const first: bigint | undefined = holders[0]?.fence;
+  const reader: Hold = await locker.acquire("lock:rw", 1000, { shared: true });
+  const place: Hold | null = await locker.tryAcquire("lock:pool", 1000, { limit: 3, ephemeral: true });
+  const still: boolean = await reader.owned();
+  try {
+    await locker.acquire("lock:pool", 1000, { limit: 4 });
+  } catch (e) {
+    if (e instanceof LockKindError && e.limit !== undefined && !e.otherMode) return BigInt(e.limit);
+  }
   try {
     await locker.fenced("gate", fence, "SET", "k", "v");
   } catch (e) {
     if (e instanceof StaleFenceError && e.highest !== undefined) return e.highest;
     if (e instanceof LockBusyError || e instanceof LockLostError) return 0n;
   }
-  void released, maybe, n, ttl;
+  void released, maybe, n, ttl, first, place, still;
   await locker.quit();
   return fence;
 }

@@ -117,3 +117,42 @@ def test_context_manager_keeps_the_block_exception(server, r):
             await a.aclose()
 
     run(main())
+
+
+def test_shared_holds_and_semaphores(server, r):
+    async def main():
+        a, b = client(server), client(server)
+        try:
+            readers = [alock.Lock(a, "lock:rw", timeout=10, shared=True) for _ in range(2)]
+            for reader in readers:
+                assert await reader.acquire(blocking=False)
+            info = await readers[0].info()
+            assert info["mode"] == "shared"
+            assert info.tokens == [reader.token for reader in readers]
+            assert all([await reader.owned() for reader in readers])
+            # A writer waits for every reader, on a connection of its own.
+            writer = alock.Lock(b, "lock:rw", timeout=10)
+            task = asyncio.ensure_future(writer.acquire(blocking_timeout=10))
+            while await waiters(a, "lock:rw") != 1:
+                await asyncio.sleep(0.005)  # polling server state: no event to await
+            for reader in readers:
+                await reader.release()
+            assert await task is True
+            assert writer.fence > readers[1].local.fence
+            await writer.release()
+
+            places = [alock.Lock(a, "lock:sem", timeout=10, limit=2) for _ in range(3)]
+            assert await places[0].acquire() and await places[1].acquire()
+            assert await places[2].acquire(blocking=False) is False
+            with pytest.raises(alock.LockKindError) as caught:
+                await alock.Lock(a, "lock:sem", timeout=10, limit=5).acquire()
+            assert caught.value.limit == 2
+            await places[0].release()
+            assert await places[2].acquire(blocking=False)
+            for place in places[1:]:
+                await place.release()
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    run(main())

@@ -17,6 +17,10 @@
   and `docs:end NAME` in PATH (dedented); the tests of that language run PATH.
 - Every block of code (python, js, ts, rust, java) is either such an example or marked
   `<!-- not-run: reason -->`.
+- Replies are printed by `tty()`, which follows redis-cli's own formatting rules (nested arrays and
+  maps, and a map value that spans lines starting on a line of its own); trailing spaces, which
+  redis-cli leaves after `=>` there, are not compared. `test_replies_print_as_redis_cli_prints_them`
+  checks `tty()` against the real redis-cli (or valkey-cli) where one is installed.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ from __future__ import annotations
 import re
 import select
 import shlex
+import shutil
 import socket
+import subprocess
 import textwrap
 import time
 from dataclasses import dataclass, field
@@ -33,7 +39,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from servers import REPO, Server, module_path
+from servers import REPO, Server, module_path, server_binary
 
 PAGES = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 DOC_MODULE_PATH = "/path/to/libredislock.so"
@@ -108,6 +114,14 @@ class Map(list):
     """RESP3 map, as a list of (key, value)."""
 
 
+class Set(list):
+    """RESP3 set."""
+
+
+class Push(list):
+    """RESP3 push message."""
+
+
 class Conn:
     def __init__(self, port: int) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
@@ -146,7 +160,10 @@ class Conn:
             return body == "t"
         if kind in (b"*", b"~", b">"):
             n = int(body)
-            return None if n < 0 else [self.read() for _ in range(n)]
+            if n < 0:
+                return None
+            items = [self.read() for _ in range(n)]
+            return Set(items) if kind == b"~" else Push(items) if kind == b">" else items
         if kind == b"%":
             return Map((self.read(), self.read()) for _ in range(int(body)))
         if kind == b"|":
@@ -171,17 +188,14 @@ class Conn:
 
 
 def quote(b: bytes) -> str:
+    """A bulk string as redis-cli shows it (sdscatrepr)."""
+    escapes = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t",
+               "\a": "\\a", "\b": "\\b"}
     out = ['"']
     for c in b:
         ch = chr(c)
-        if ch in '\\"':
-            out.append("\\" + ch)
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\r":
-            out.append("\\r")
-        elif ch == "\t":
-            out.append("\\t")
+        if ch in escapes:
+            out.append(escapes[ch])
         elif 32 <= c < 127:
             out.append(ch)
         else:
@@ -190,7 +204,20 @@ def quote(b: bytes) -> str:
     return "".join(out)
 
 
+def multiline(reply: Any) -> bool:
+    """Whether redis-cli prints `reply` on more than one line (cliIsMultilineValueTTY)."""
+    if isinstance(reply, Map):
+        return len(reply) > 1 or (len(reply) == 1 and multiline(reply[0][1]))
+    if isinstance(reply, list):
+        return len(reply) > 1 or (len(reply) == 1 and multiline(reply[0]))
+    return False
+
+
+EMPTY = {Map: "(empty hash)", Set: "(empty set)", Push: "(empty push)", list: "(empty array)"}
+
+
 def tty(reply: Any, prefix: str = "") -> str:
+    """`reply` as redis-cli prints it on a terminal (cliFormatReplyTTY)."""
     if isinstance(reply, Err):
         return f"(error) {reply}\n"
     if isinstance(reply, Simple):
@@ -205,24 +232,25 @@ def tty(reply: Any, prefix: str = "") -> str:
         return "(nil)\n"
     if isinstance(reply, bytes):
         return quote(reply) + "\n"
-    if isinstance(reply, Map):
-        if not reply:
-            return "(empty hash)\n"
-        width = len(str(len(reply)))
-        inner = prefix + " " * (width + 2)
-        out = ""
-        for i, (k, v) in enumerate(reply):
-            out += f"{'' if i == 0 else prefix}{i + 1:>{width}}# "
-            out += tty(k, inner).rstrip("\n") + " => " + tty(v, inner)
-        return out
     if isinstance(reply, list):
         if not reply:
-            return "(empty array)\n"
+            return EMPTY[type(reply)] + "\n"
+        # The index column is as wide as the largest index; nested replies are indented past it.
         width = len(str(len(reply)))
         inner = prefix + " " * (width + 2)
+        sep = "#" if isinstance(reply, Map) else "~" if isinstance(reply, Set) else ")"
         out = ""
-        for i, e in enumerate(reply):
-            out += f"{'' if i == 0 else prefix}{i + 1:>{width}}) " + tty(e, inner)
+        for i, item in enumerate(reply):
+            out += f"{'' if i == 0 else prefix}{i + 1:>{width}}{sep} "
+            if isinstance(reply, Map):
+                k, v = item
+                out += tty(k, inner).rstrip("\n") + " => "
+                if multiline(v):
+                    # A value on several lines starts on a line of its own.
+                    out += "\n" + inner
+                out += tty(v, inner)
+            else:
+                out += tty(item, inner)
         return out
     raise TypeError(reply)
 
@@ -298,7 +326,8 @@ def match_line(doc: str, real: str, ttl: bool, bindings: Bindings, where: str) -
 
 
 def compare(expected: List[str], command: List[str], reply: Any, bindings: Bindings, where: str) -> None:
-    got = render(command, reply)
+    got = [line.rstrip() for line in render(command, reply)]
+    expected = [line.rstrip() for line in expected]
     name = command[0].upper() if command else ""
     ok = len(got) == len(expected)
     if ok:
@@ -460,9 +489,82 @@ def test_code_examples_are_files_that_tests_run(page: Path) -> None:
 def test_every_command_and_option_is_documented() -> None:
     text = (REPO / "docs" / "commands.md").read_text()
     for word in ["LOCK.ACQUIRE", "LOCK.RELEASE", "LOCK.EXTEND", "LOCK.INFO", "BLOCK", "EX seconds",
-                 "PX milliseconds", "LOCK._APPLY", "LOCK._EPOCH"]:
+                 "PX milliseconds", "SHARED", "LIMIT count", "EPHEMERAL", "LOCK.CALL", "LOCK.FENCE",
+                 "LOCK._APPLY", "LOCK._HOLD", "LOCK._GATE", "LOCK._EPOCH", '"holders"']:
         assert word in text, word
     ops = (REPO / "docs" / "operations.md").read_text()
     for word in ["redislock.max-ttl", "redislock.max-block", "INFO redislock", "lock.acquired",
-                 "lock.handoff", "ACL"]:
+                 "lock.handoff", "lock.expired", "lease_ends", "LOCK._HOLD", "ACL"]:
         assert word in ops, word
+    # Every error line the module can send (src/core/errors.rs) is in commands.md, with an
+    # example value where the line has one.
+    errors = (REPO / "src" / "core" / "errors.rs").read_text()
+    lines = re.findall(r'f\.write_str\("([^"]+)"\)', errors) + re.findall(r'write!\(f, "([^"]+)"', errors)
+    assert len(lines) > 30
+    for line in lines:
+        pattern = r"\S+?".join(re.escape(part) for part in re.split(r"\{[^}]*\}", line))
+        assert re.search(pattern, text), f"docs/commands.md does not list the error {line!r}"
+
+
+# --- the printer against the real redis-cli -------------------------------------------------------
+
+
+def cli_binary() -> Optional[str]:
+    """redis-cli, or the valkey-cli next to the valkey-server under test."""
+    server = Path(shutil.which(server_binary()) or server_binary())
+    for name in ("valkey-cli", "redis-cli"):
+        if (server.parent / name).is_file():
+            return str(server.parent / name)
+    return shutil.which("redis-cli") or shutil.which("valkey-cli")
+
+
+# Replies of every shape the pages show: flat and nested arrays, maps (RESP3) with values on one
+# line and on several, sets, empty aggregates, nil, errors, integers.
+CLI_SETUP = [
+    ["LOCK.ACQUIRE", "lock:e", "worker-1", "PX", "60000"],
+    ["LOCK.ACQUIRE", "lock:s", "reader-1", "PX", "60000", "SHARED"],
+    ["LOCK.ACQUIRE", "lock:s", "reader-2", "PX", "30000", "SHARED"],
+    ["LOCK.ACQUIRE", "lock:p", "job-1", "PX", "60000", "LIMIT", "3"],
+    ["LOCK.FENCE", "gate", "5", "SET", "k", "v"],
+    ["SADD", "set", "a", "b"],
+    ["HSET", "hash", "f", "v"],
+]
+CLI_COMMANDS = [
+    ["LOCK.INFO", "lock:e"],
+    ["LOCK.INFO", "lock:s"],
+    ["LOCK.INFO", "lock:p"],
+    ["LOCK.INFO", "gate"],
+    ["LOCK.INFO", "nothing"],
+    ["LOCK.ACQUIRE", "lock:e", "worker-2", "PX", "1000"],
+    ["LOCK.ACQUIRE", "lock:p", "job-2", "PX", "1000", "LIMIT", "2"],
+    ["SMEMBERS", "set"],
+    ["HGETALL", "hash"],
+    ["LRANGE", "missing", "0", "-1"],
+    ["CLIENT", "TRACKINGINFO"],
+    ["COMMAND", "DOCS", "LOCK.ACQUIRE"],
+]
+
+
+@pytest.mark.parametrize("resp3", [False, True], ids=["resp2", "resp3"])
+def test_replies_print_as_redis_cli_prints_them(resp3: bool) -> None:
+    cli = cli_binary()
+    if cli is None:
+        pytest.skip("no redis-cli or valkey-cli to compare with")
+    server = Server()
+    conn = Conn(server.port)
+    try:
+        for command in CLI_SETUP:
+            assert not isinstance(conn.call(command), Err), command
+        if resp3:
+            conn.call(["HELLO", "3"])
+        for command in CLI_COMMANDS:
+            shown = subprocess.run(
+                [cli, "-p", str(server.port), "--no-raw", *(["-3"] if resp3 else []), *command],
+                capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+            )
+            expected = shown.stdout.rstrip("\n").split("\n")
+            # Fences and TTLs are matched as on the pages; everything else must be equal.
+            compare(expected, command, conn.call(command), Bindings(), f"{Path(cli).name} {' '.join(command)}")
+    finally:
+        conn.close()
+        server.stop()

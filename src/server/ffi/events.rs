@@ -86,3 +86,14 @@ pub fn changed_client_id(data: *mut c_void) -> u64 {
     // SAFETY: Redis passes a `RedisModuleClientInfo` with the CLIENT_CHANGE event.
     unsafe { (*data.cast::<raw::RedisModuleClientInfo>()).id }
 }
+
+/// The database and name a value is being copied to (`COPY`).
+pub fn copy_target(opt: *mut raw::RedisModuleKeyOptCtx) -> (i32, Vec<u8>) {
+    // SAFETY: `opt` comes from Redis's copy2 callback; the name is copied
+    // while the callback runs.
+    unsafe {
+        let db = raw::RedisModule_GetToDbIdFromOptCtx.unwrap()(opt);
+        let name = raw::RedisModule_GetToKeyNameFromOptCtx.unwrap()(opt);
+        (db, RedisString::string_as_slice(name).to_vec())
+    }
+}

@@ -32,3 +32,22 @@ pub fn log_io_warning(io: *mut raw::RedisModuleIO, message: &str) {
         raw::RedisModule_LogIOError.unwrap()(io, c"warning".as_ptr(), c"%s".as_ptr(), text.as_ptr())
     };
 }
+
+/// The database and name of the key whose value is being read, when Redis
+/// tells (loading, `RESTORE`).
+pub fn io_key(io: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
+    // SAFETY: `io` comes from Redis's rdb_load callback. The functions exist
+    // from Redis 7.0 on and may answer NULL (no key known); the name lives
+    // as long as the IO and is copied at once.
+    unsafe {
+        let name = raw::RedisModule_GetKeyNameFromIO?(io);
+        if name.is_null() {
+            return None;
+        }
+        let db = raw::RedisModule_GetDbIdFromIO?(io);
+        Some((
+            db,
+            redis_module::RedisString::string_as_slice(name).to_vec(),
+        ))
+    }
+}

@@ -5,8 +5,9 @@ use std::ffi::c_int;
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::core::holders::Holders;
 use crate::core::lock::LockRef;
-use crate::core::record::Record;
+use crate::core::record::{Record, Stored};
 use crate::server::datatype::LOCK_TYPE;
 use crate::server::stats;
 
@@ -63,8 +64,8 @@ impl LockKey {
         }
     }
 
-    /// The lock stored here, if the key holds one.
-    pub fn lock(&self) -> Option<LockRef<'_>> {
+    /// The record stored here, if the key holds one.
+    pub fn stored(&self) -> Option<Stored<'_>> {
         if self.kind() != KeyKind::Lock {
             return None;
         }
@@ -75,14 +76,55 @@ impl LockKey {
         })
     }
 
+    /// The exclusive lock or gate stored here (not a key with holders).
+    pub fn lock(&self) -> Option<LockRef<'_>> {
+        match self.stored()? {
+            Stored::Single(lock) => Some(lock),
+            Stored::Multi(_) => None,
+        }
+    }
+
+    /// The holders stored here, if the key has them.
+    pub fn holders(&self) -> Option<&Holders> {
+        match self.stored()? {
+            Stored::Multi(h) => Some(h),
+            Stored::Single(_) => None,
+        }
+    }
+
+    /// The holders stored here, to change in place. The key must be open
+    /// for writing.
+    pub fn holders_mut(&mut self) -> Option<&mut Holders> {
+        if self.kind() != KeyKind::Lock {
+            return None;
+        }
+        // SAFETY: the key holds a `Record`; `&mut self` keeps any other view
+        // of it from existing while the holders are borrowed.
+        unsafe { Record::holders_mut(raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw())) }
+    }
+
+    /// The key's fence gate's highest fence, if it is one.
+    pub fn gate(&self) -> Option<u64> {
+        self.lock().filter(|l| l.is_gate()).map(|l| l.fence())
+    }
+
     /// Stores a lock, replacing whatever the key held. The key must be open
     /// for writing and hold nothing or a lock.
     pub fn set_lock(&mut self, lock: LockRef<'_>) -> bool {
+        self.set_record(Record::new(lock))
+    }
+
+    /// Stores holders, replacing whatever the key held.
+    pub fn set_holders(&mut self, holders: Holders) -> bool {
+        self.set_record(Record::new_multi(holders))
+    }
+
+    fn set_record(&mut self, record: Record) -> bool {
         let key = self.raw();
         if key.is_null() {
             return false;
         }
-        let value = Record::new(lock).into_raw();
+        let value = record.into_raw();
         // SAFETY: the key is open for writing; Redis takes ownership of the
         // record and hands it back to `datatype::free`.
         let status = unsafe {

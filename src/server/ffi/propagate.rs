@@ -5,7 +5,8 @@ use std::ffi::{c_char, CStr};
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::args;
-use crate::core::lock::LockRef;
+use crate::core::holders::{Hold, Holders, Kind};
+use crate::core::lock::{LockRef, Mode};
 
 const APPLY: &CStr = c"LOCK._APPLY";
 
@@ -133,4 +134,110 @@ pub fn emit_aof_gate(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleStr
     unsafe {
         raw::RedisModule_EmitAOF.unwrap()(aof, GATE.as_ptr(), c"sl".as_ptr(), key, fence as i64)
     };
+}
+
+const HOLD: &CStr = c"LOCK._HOLD";
+/// `args::HOLD_EFFECT_VERSION` as text (a number would be formatted by Redis
+/// on every call).
+const HOLD_VERSION: &CStr = c"1";
+const _: () = assert!(args::HOLD_EFFECT_VERSION == 1, "HOLD_VERSION must match");
+
+/// The kind arguments of a `LOCK._HOLD … GRANT`: `SHARED 0` or `LIMIT n`.
+fn kind_args(kind: Kind) -> (&'static CStr, u64) {
+    match kind {
+        Kind::Shared => (c"SHARED", 0),
+        Kind::Semaphore { limit } => (c"LIMIT", u64::from(limit)),
+    }
+}
+
+/// Propagates one holder's grant, re-grant or extend as its exact state.
+pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8], hold: Hold) {
+    let (kind_name, limit) = kind_args(kind);
+    // SAFETY: the format "sccclbll" matches the key's Redis string, three C
+    // strings, a long long, a buffer with its length and two long longs.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            HOLD.as_ptr(),
+            c"sccclbll".as_ptr(),
+            key.inner,
+            HOLD_VERSION.as_ptr(),
+            c"GRANT".as_ptr(),
+            kind_name.as_ptr(),
+            limit as i64,
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+            hold.fence as i64,
+            hold.expire_at,
+        )
+    };
+}
+
+/// Propagates the end of one holder's hold (release, revoke, lease end).
+pub fn replicate_hold_end(ctx: &Context, key: &RedisString, token: &[u8]) {
+    // SAFETY: the format "sccb" matches a Redis string, two C strings and a
+    // buffer with its length.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            HOLD.as_ptr(),
+            c"sccb".as_ptr(),
+            key.inner,
+            HOLD_VERSION.as_ptr(),
+            c"END".as_ptr(),
+            token.as_ptr().cast::<c_char>(),
+            token.len(),
+        )
+    };
+}
+
+/// Writes every holder to a rewritten AOF; Redis appends the key's `PEXPIREAT`.
+pub fn emit_aof_holders(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    holders: &Holders,
+) {
+    let (kind_name, limit) = kind_args(holders.kind());
+    for (token, hold) in holders.iter() {
+        // SAFETY: `aof` and `key` come from Redis's rewrite callback; the
+        // format matches as in `replicate_hold`.
+        unsafe {
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                HOLD.as_ptr(),
+                c"slcclbll".as_ptr(),
+                key,
+                args::HOLD_EFFECT_VERSION as i64,
+                c"GRANT".as_ptr(),
+                kind_name.as_ptr(),
+                limit as i64,
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                hold.fence as i64,
+                hold.expire_at,
+            )
+        };
+    }
+}
+
+/// Feeds a key's holders into `DEBUG DIGEST-VALUE`: kind, limit, then each
+/// hold (token, fence, lease end) in lease order.
+pub fn digest_holders(md: *mut raw::RedisModuleDigest, holders: &Holders) {
+    let (code, limit) = match holders.kind() {
+        Kind::Shared => (Mode::Shared, 0),
+        Kind::Semaphore { limit } => (Mode::Semaphore, i64::from(limit)),
+    };
+    // SAFETY: `md` comes from Redis's digest callback; buffers are valid for
+    // their lengths.
+    unsafe {
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, code.code() as i64);
+        raw::RedisModule_DigestAddLongLong.unwrap()(md, limit);
+        raw::RedisModule_DigestEndSequence.unwrap()(md);
+        for (token, hold) in holders.iter() {
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(md, token.as_ptr().cast(), token.len());
+            raw::RedisModule_DigestAddLongLong.unwrap()(md, hold.fence as i64);
+            raw::RedisModule_DigestAddLongLong.unwrap()(md, hold.expire_at);
+            raw::RedisModule_DigestEndSequence.unwrap()(md);
+        }
+    }
 }

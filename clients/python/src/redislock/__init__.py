@@ -4,13 +4,14 @@
 and methods, and the same exceptions (``redis.exceptions.LockError``, ``LockNotOwnedError``), but
 waiting happens in the server, each grant carries a fencing token (``lock.fence``), a lock
 without ``timeout`` is held until released (a lease renewed in the background), and ``lock.lost``
-/ ``on_lost`` say when a renewal finds the lock gone. ``redislock.asyncio`` has the same for
+/ ``on_lost`` say when a renewal finds the lock gone. ``shared=True`` and ``limit=n`` take a
+read hold of a read/write lock or a place of a semaphore. ``redislock.asyncio`` has the same for
 ``redis.asyncio``; ``redislock.Redlock`` runs one lock over several independent servers.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._common import LockInfo, StaleFenceError, UnsupportedError
+from ._common import LockInfo, LockKindError, StaleFenceError, UnsupportedError
 from .lock import FenceGate, Lock, supports
 from .redlock import Redlock, RedlockError
 
@@ -23,6 +24,7 @@ __all__ = [
     "LockNotOwnedError",
     "UnsupportedError",
     "StaleFenceError",
+    "LockKindError",
     "LockInfo",
     "supports",
 ]

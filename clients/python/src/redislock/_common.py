@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -13,6 +14,7 @@ __all__ = [
     "LockNotOwnedError",
     "UnsupportedError",
     "StaleFenceError",
+    "LockKindError",
     "LockInfo",
 ]
 
@@ -21,6 +23,9 @@ EncodableT = Union[bytes, str, int, float, memoryview]
 
 #: The lease of a lock created without ``timeout``: held until released, renewed every third.
 DEFAULT_LEASE = 30.0
+
+#: The most places a semaphore (``limit``) may have.
+MAX_LIMIT = 1_000_000
 
 
 class UnsupportedError(LockError):
@@ -34,6 +39,26 @@ class StaleFenceError(LockError):
         super().__init__(message)
         self.fence = fence
         self.highest = highest
+
+
+class LockKindError(LockError):
+    """The request does not fit the key: it is a semaphore with another ``limit`` (``limit`` is
+    then the key's), ``limit`` was asked of a read/write lock (exclusive or ``shared`` holds), or
+    this token already holds the key in the other mode (``other_mode``). Nothing was changed."""
+
+    def __init__(
+        self,
+        message: str,
+        limit: Optional[int] = None,
+        other_mode: bool = False,
+        lock_name: Optional[str] = None,
+    ):
+        try:
+            super().__init__(message, lock_name=lock_name)  # type: ignore[call-arg]
+        except TypeError:  # redis-py before 5.1: no lock_name
+            super().__init__(message)
+        self.limit = limit
+        self.other_mode = other_mode
 
 
 def new_token() -> bytes:
@@ -58,8 +83,8 @@ def mode_args(shared: bool, limit: Optional[int], ephemeral: bool) -> List[Encod
     if shared:
         args.append("SHARED")
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive integer, not {limit!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, not {limit!r}")
         args += ["LIMIT", limit]
     if ephemeral:
         args.append("EPHEMERAL")
@@ -110,8 +135,13 @@ def as_str(value: Any) -> str:
 
 
 class LockInfo(Dict[str, Any]):
-    """LOCK.INFO as a dict with str keys: token (bytes), fence, ttl, waiters, and what else the
-    server tells (mode, limit, holders on servers that have them)."""
+    """LOCK.INFO as a dict with str keys.
+
+    Every kind: ``mode`` (``"exclusive"``, ``"shared"`` or ``"semaphore"``), ``ttl`` (ms, the
+    key's: the latest lease), ``waiters``, and ``holders``: a list of dicts (``token`` as bytes,
+    ``fence``, ``ttl``, ``client``), one per holder, in grant order. An exclusive lock also has
+    ``token``, ``fence`` and ``client`` at the top; a semaphore has ``limit``. Servers before
+    shared locks have no ``holders``: ``tokens`` and ``holder()`` work on both."""
 
     @property
     def tokens(self) -> List[bytes]:
@@ -121,6 +151,16 @@ class LockInfo(Dict[str, Any]):
             return [as_bytes(h.get("token")) for h in holders]
         token = self.get("token")
         return [as_bytes(token)] if token is not None else []
+
+    def holder(self, token: Union[bytes, str]) -> Optional[Dict[str, Any]]:
+        """The entry of ``token``'s hold (``token``, ``fence``, ``ttl``, …), or None."""
+        token = as_bytes(token)
+        holders = self.get("holders")
+        if holders:
+            return next((h for h in holders if h.get("token") == token), None)
+        if self.get("token") == token:
+            return {k: self[k] for k in ("token", "fence", "ttl", "client") if k in self}
+        return None
 
 
 def _pairs(reply: Any) -> Dict[str, Any]:
@@ -157,15 +197,8 @@ def parse_info(reply: Any) -> Optional[LockInfo]:
 
 def holder_ttl(info: LockInfo, token: bytes) -> Optional[int]:
     """Remaining ms of ``token``'s hold, or None if it holds nothing."""
-    holders = info.get("holders")
-    if holders:
-        for h in holders:
-            if h.get("token") == token:
-                return int(h.get("ttl", -1))
-        return None
-    if info.get("token") == token:
-        return int(info.get("ttl", -1))
-    return None
+    holder = info.holder(token)
+    return None if holder is None else int(holder.get("ttl", -1))
 
 
 def unsupported(err: ResponseError) -> bool:
@@ -182,11 +215,28 @@ def lock_error(cls: type, message: str, name: Any) -> Exception:
         return cls(message)
 
 
+# The server's answers to a request that does not fit the key (src/core/errors.rs); redis-py
+# drops the leading "ERR ".
+_KIND_MISMATCH = re.compile(
+    r"^(?:ERR )?(?:the key is a semaphore with LIMIT (\d+):"
+    r"|the key is a read/write lock \(exclusive or SHARED holds\), not a semaphore"
+    r"|(this token already holds the key in another mode))"
+)
+
+
 def translate(err: ResponseError, name: Any, what: str) -> Exception:
     """A server error as the exception the lock raises."""
     text = str(err)
     if unsupported(err):
         return lock_error(UnsupportedError, f"{what} is not supported by this server: {text}", name)
+    kind = _KIND_MISMATCH.match(text)
+    if kind:
+        return LockKindError(
+            text,
+            limit=int(kind.group(1)) if kind.group(1) else None,
+            other_mode=kind.group(2) is not None,
+            lock_name=as_str(name),
+        )
     if text.startswith("NOTOWNER"):
         return lock_error(LockNotOwnedError, f"Cannot {what}: {text}", name)
     if text.startswith("STALEFENCE"):

@@ -18,6 +18,7 @@ from ._common import (
     DEFAULT_LEASE,
     EncodableT,
     LockInfo,
+    LockKindError,
     Number,
     StaleFenceError,
     UnsupportedError,
@@ -36,7 +37,15 @@ from ._common import (
 
 logger = logging.getLogger("redislock")
 
-__all__ = ["Lock", "FenceGate", "LockError", "LockNotOwnedError", "UnsupportedError", "StaleFenceError"]
+__all__ = [
+    "Lock",
+    "FenceGate",
+    "LockError",
+    "LockNotOwnedError",
+    "UnsupportedError",
+    "StaleFenceError",
+    "LockKindError",
+]
 
 
 class Lock:
@@ -81,6 +90,9 @@ class Lock:
             self.auto_renew = bool(auto_renew)
         self.on_lost = on_lost
         self._mode: List[EncodableT] = mode_args(shared, limit, ephemeral)
+        self.shared = bool(shared)
+        self.limit = limit
+        self.ephemeral = bool(ephemeral)
         self.local: Any = SimpleNamespace(token=None, fence=None)
         self._renewal: Optional["asyncio.Task[None]"] = None
         self.lost = asyncio.Event()

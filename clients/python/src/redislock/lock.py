@@ -121,8 +121,17 @@ class Lock:
       ``timeout``.
     - ``on_lost``: called with the lock, from the renewal thread, when a renewal finds the hold
       gone; ``lost`` (a ``threading.Event``) is set at the same moment.
-    - ``shared``, ``limit``, ``ephemeral``: the SHARED, LIMIT and EPHEMERAL options of
-      LOCK.ACQUIRE, on servers that support them (``UnsupportedError`` otherwise).
+    - ``shared``: a read hold of a read/write lock (LOCK.ACQUIRE … SHARED): any number of
+      shared holders at once, or one exclusive holder, never both.
+    - ``limit``: one of ``limit`` places of a semaphore (LOCK.ACQUIRE … LIMIT n); every lock on
+      the key must give the same ``limit``.
+    - ``ephemeral``: the hold ends when the connection that asked for it closes (EPHEMERAL).
+
+    Each grant has its own token, fence and lease, whatever the kind; ``release``, ``extend``,
+    ``owned`` and ``call`` act on this lock's own hold. A request that does not fit the key (a
+    semaphore with another ``limit``, ``limit`` on a read/write lock, the same token in the
+    other mode) raises ``LockKindError``. On a server without these options they raise
+    ``UnsupportedError``.
     """
 
     def __init__(
@@ -161,6 +170,9 @@ class Lock:
             self.auto_renew = bool(auto_renew)
         self.on_lost = on_lost
         self._mode: List[EncodableT] = mode_args(shared, limit, ephemeral)
+        self.shared = bool(shared)
+        self.limit = limit
+        self.ephemeral = bool(ephemeral)
         self.local: Any = (
             _Local() if self.thread_local else SimpleNamespace(token=None, fence=None, watchdog=None)
         )
@@ -295,7 +307,8 @@ class Lock:
         return self.local.token
 
     def info(self) -> Optional[LockInfo]:
-        """LOCK.INFO: token, fence, ttl (ms), waiters, …; None when nobody holds the lock."""
+        """LOCK.INFO: mode, ttl (ms), waiters, holders (and token, fence of an exclusive lock;
+        limit of a semaphore); None when nobody holds the lock."""
         return parse_info(self.redis.execute_command("LOCK.INFO", self.name))
 
     def call(self, *command: EncodableT) -> Any:

@@ -1,0 +1,39 @@
+"""Shared locks and semaphores from Python: the example of docs/clients.md.
+
+    python shared_locks.py [PORT]
+"""
+
+import sys
+
+PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+
+# docs:begin shared
+import redis
+import redislock
+
+r = redis.Redis(host="127.0.0.1", port=PORT)
+
+# Readers share lock:config; each has its own token, fence and lease.
+readers = [redislock.Lock(r, "lock:config", timeout=30, shared=True) for _ in range(2)]
+for reader in readers:
+    reader.acquire()
+info = readers[0].info()
+print(info["mode"], [h["fence"] for h in info["holders"]])   # shared [61727…, 61727…]
+
+# A writer gets the lock once every reader has left; readers that come after a waiting
+# writer wait for it.
+writer = redislock.Lock(r, "lock:config", timeout=30)
+assert not writer.acquire(blocking=False)
+for reader in readers:
+    reader.release()
+with writer:
+    print("writing with fence", writer.fence)
+
+# A semaphore: at most two holders of lock:exports at once.
+with redislock.Lock(r, "lock:exports", timeout=30, limit=2) as place:
+    print("export slot with fence", place.fence)
+    try:
+        redislock.Lock(r, "lock:exports", timeout=30, limit=3).acquire()
+    except redislock.LockKindError as err:   # every holder must give the same limit
+        print("refused: the key has LIMIT", err.limit)
+# docs:end shared
