@@ -850,3 +850,46 @@ fn memory_usage_counts_the_holders_and_a_flush_leaves_no_job_behind() {
     assert_eq!(scheduled(&s), 0, "the flushed key's lease-end job is gone");
     assert_eq!(stat(&s, "timers"), 0);
 }
+
+#[test]
+fn after_a_rename_the_next_grant_watches_the_leases_again() {
+    let s = Server::start();
+    let mut c = s.conn();
+    place(&mut c, "sem", "short", 300, 3);
+    place(&mut c, "sem", "long", 60_000, 3);
+    ok(&mut c, &rcmd!("RENAME", "sem", "moved"));
+    // A later lease than the first: only the key's new name needs a look at the first.
+    place(&mut c, "moved", "later", 60_000, 3);
+    wait_until("the short lease to end", Duration::from_secs(5), || {
+        stat(&s, "lease_ends") == 1
+    });
+    assert_eq!(info_of(&mut c, "moved").tokens(), ["long", "later"]);
+}
+
+#[test]
+fn swapdb_and_move_keep_the_leases_watched() {
+    let s = Server::start();
+    let mut c = s.conn();
+    place(&mut c, "swapped", "short", 300, 2);
+    place(&mut c, "swapped", "long", 60_000, 2);
+    ok(&mut c, &rcmd!("SWAPDB", 0, 1));
+    // Nobody touches the key in its new database.
+    wait_until(
+        "the swapped key's short lease to end",
+        Duration::from_secs(5),
+        || stat(&s, "lease_ends") == 1,
+    );
+    ok(&mut c, &rcmd!("SELECT", 1));
+    assert_eq!(info_of(&mut c, "swapped").tokens(), ["long"]);
+    place(&mut c, "moved", "short", 300, 2);
+    place(&mut c, "moved", "long", 60_000, 2);
+    ok(&mut c, &rcmd!("MOVE", "moved", 2));
+    ok(&mut c, &rcmd!("SELECT", 2));
+    extend_px(&mut c, "moved", b"long", 70_000);
+    wait_until(
+        "the moved key's short lease to end",
+        Duration::from_secs(5),
+        || stat(&s, "lease_ends") == 2,
+    );
+    assert_eq!(info_of(&mut c, "moved").tokens(), ["long"]);
+}

@@ -5,6 +5,7 @@
 //! (O(1)), and by lease end, so the next lease to end is found and removed
 //! in O(log H). Nothing here scans all holders except listing them.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 
 use super::fence;
@@ -36,12 +37,29 @@ pub fn ended(expire_at: i64, now_ms: i64) -> bool {
     expire_at < now_ms
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct Holders {
     kind: Kind,
     by_token: HashMap<Box<[u8]>, Hold>,
     /// (lease end, fence) → token. Fences are unique within a key.
     by_expiry: BTreeMap<(i64, u64), Box<[u8]>>,
+    /// The latest time a look at the next lease end is known to be
+    /// scheduled for, under the key's current name; `None` when nothing is
+    /// (new, copied, or moved to another name). Lets a new hold that ends
+    /// after the first one skip the scheduler.
+    watched_by: Cell<Option<i64>>,
+}
+
+impl Clone for Holders {
+    /// A copy is not watched: it will live under another name.
+    fn clone(&self) -> Holders {
+        Holders {
+            kind: self.kind,
+            by_token: self.by_token.clone(),
+            by_expiry: self.by_expiry.clone(),
+            watched_by: Cell::new(None),
+        }
+    }
 }
 
 /// Why stored holders could not be read back.
@@ -62,6 +80,7 @@ impl Holders {
             kind,
             by_token: HashMap::new(),
             by_expiry: BTreeMap::new(),
+            watched_by: Cell::new(None),
         }
     }
 
@@ -133,6 +152,26 @@ impl Holders {
                 expire_at: at,
             },
         ))
+    }
+
+    /// When the next lease end must be looked at (just after it ends), if
+    /// that is not already scheduled: the caller schedules it and this
+    /// remembers it. `None` when a look is due no later than needed.
+    pub fn look_needed(&self) -> Option<i64> {
+        let at = self.earliest()?.saturating_add(1);
+        match self.watched_by.get() {
+            Some(w) if w <= at => None,
+            _ => {
+                self.watched_by.set(Some(at));
+                Some(at)
+            }
+        }
+    }
+
+    /// A scheduled look ran (`next`: the one it set up, if any), or none is
+    /// scheduled any more (`None`: the key moved, or its job was dropped).
+    pub fn set_watched(&self, next: Option<i64>) {
+        self.watched_by.set(next);
     }
 
     /// The highest fence of any holder.
@@ -308,6 +347,28 @@ mod tests {
             limit: MAX_LIMIT + 1,
         };
         assert_eq!(load(over, &[(b"a", 1)]), Err(HoldersError::BadLimit));
+    }
+
+    #[test]
+    fn a_look_is_scheduled_only_when_the_first_lease_end_moves_earlier() {
+        let mut h = Holders::new(Kind::Shared);
+        assert_eq!(h.look_needed(), None, "no holders, nothing to look at");
+        h.insert(b"a", hold(1, 100));
+        assert_eq!(h.look_needed(), Some(101));
+        assert_eq!(h.look_needed(), None);
+        h.insert(b"b", hold(2, 200));
+        assert_eq!(h.look_needed(), None, "a later lease is covered");
+        h.insert(b"c", hold(3, 50));
+        assert_eq!(h.look_needed(), Some(51));
+        assert_eq!(h.clone().look_needed(), Some(51), "a copy is not watched");
+        h.set_watched(None);
+        assert_eq!(
+            h.look_needed(),
+            Some(51),
+            "a key that moved is looked at again"
+        );
+        h.set_watched(Some(300));
+        assert_eq!(h.look_needed(), Some(51));
     }
 
     #[test]

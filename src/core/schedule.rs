@@ -73,19 +73,20 @@ impl<J: Ord + Hash + Clone> Schedule<J> {
         jobs
     }
 
-    /// Forgets every job `drop` says to (a flushed database's); how many.
-    pub fn cancel_where(&mut self, drop: impl Fn(&J) -> bool) -> usize {
-        let gone: Vec<(i64, J)> = self
+    /// Takes out every job `take` says to (a flushed or swapped
+    /// database's), with its time.
+    pub fn cancel_where(&mut self, take: impl Fn(&J) -> bool) -> Vec<(J, i64)> {
+        let gone: Vec<(J, i64)> = self
             .due
             .iter()
-            .filter(|(job, _)| drop(job))
-            .map(|(job, at)| (*at, job.clone()))
+            .filter(|(job, _)| take(job))
+            .map(|(job, at)| (job.clone(), *at))
             .collect();
-        for (at, job) in &gone {
+        for (job, at) in &gone {
             self.due.remove(job);
             self.queue.remove(&(*at, job.clone()));
         }
-        gone.len()
+        gone
     }
 
     pub fn len(&self) -> usize {
@@ -107,10 +108,12 @@ mod tests {
         for (job, at) in [(1, 10), (2, 5), (3, 7), (4, 1)] {
             s.set(job, at);
         }
-        assert_eq!(s.cancel_where(|j| j % 2 == 0), 2);
+        let mut gone = s.cancel_where(|j| j % 2 == 0);
+        gone.sort();
+        assert_eq!(gone, [(2, 5), (4, 1)]);
         assert_eq!((s.len(), s.earliest()), (2, Some(7)));
         assert_eq!(s.pop_due(100), [3, 1]);
-        assert_eq!(s.cancel_where(|_| true), 0);
+        assert_eq!(s.cancel_where(|_| true), []);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::core::grant::{self, Decision, Want};
 use crate::core::holders::{self, Hold, Holders};
 use crate::core::limits;
 use crate::core::lock::{self, LockRef};
+use crate::core::record::Stored;
 use crate::core::token::{self, TokenArg};
 use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, LockKey};
@@ -36,10 +37,12 @@ fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
 /// ended (the scheduler ends them too, but may be behind a client pause).
 fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
     let key = LockKey::open(ctx, name, true);
-    let due = key
-        .holders()
-        .and_then(|h| h.earliest())
-        .is_some_and(|at| holders::ended(at, ffi::now_ms()));
+    let due = match key.stored() {
+        Some(Stored::Multi(h)) => h
+            .earliest()
+            .is_some_and(|at| holders::ended(at, ffi::now_ms())),
+        _ => false,
+    };
     if due {
         let key = lockops::end_leases(ctx, name, key);
         drop(key);
@@ -301,8 +304,10 @@ pub fn apply_hold(call: &Call) -> Reply {
             }
         }
     }
-    let (earliest, latest) = match key.holders() {
-        Some(h) => (h.earliest(), h.latest()),
+    // Its master ends the leases; should this server be promoted, it
+    // watches them itself.
+    let (look, latest) = match key.holders() {
+        Some(h) => (h.look_needed(), h.latest()),
         None => (None, None),
     };
     match latest {
@@ -310,11 +315,9 @@ pub fn apply_hold(call: &Call) -> Reply {
         None => key.delete(),
     }
     drop(key);
-    // Its master ends the leases; should this server be promoted, it
-    // watches them itself.
-    if let Some(at) = earliest {
+    if let Some(at) = look {
         let id = waiting::lock_id(ctx, &call.key());
-        scheduler::at(ctx, Job::Leases(id), at.saturating_add(1));
+        scheduler::at(ctx, Job::Leases(id), at);
     }
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))

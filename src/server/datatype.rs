@@ -154,8 +154,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         state::with_clock(|c| c.observe(fence));
         // Holders' leases end on their own: watch the first one.
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
-            if let (Some(at), Some(ctx)) = (holders.earliest(), state::detached_context()) {
-                scheduler::at(&ctx, Job::Leases(id), at.saturating_add(1));
+            if let (Some(at), Some(ctx)) = (holders.look_needed(), state::detached_context()) {
+                scheduler::at(&ctx, Job::Leases(id), at);
             }
         }
         stats::record_created();
@@ -206,17 +206,15 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
-        let source = unsafe { stored(value) };
-        let copied = Record::copy_of(source).into_raw();
-        stats::record_created();
+        let copy = Record::copy_of(unsafe { stored(value) });
         // The copy's holders' leases end on their own too: watch the first.
-        if let (Stored::Multi(holders), Some(ctx)) = (source, state::detached_context()) {
-            if let Some(at) = holders.earliest() {
-                let id = ffi::copy_target(opt);
-                scheduler::at(&ctx, Job::Leases(id), at.saturating_add(1));
+        if let (Stored::Multi(holders), Some(ctx)) = (copy.view(), state::detached_context()) {
+            if let Some(at) = holders.look_needed() {
+                scheduler::at(&ctx, Job::Leases(ffi::copy_target(opt)), at);
             }
         }
-        copied
+        stats::record_created();
+        copy.into_raw()
     })
 }
 
@@ -226,7 +224,15 @@ unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c
         let (db, key) = ffi::unlinked_key(opt);
         stats::note_unlink(key);
         // SAFETY: Redis passes a value of this type.
-        let with_holders = matches!(unsafe { stored(value) }, Stored::Multi(_));
+        let with_holders = match unsafe { stored(value) } {
+            Stored::Multi(holders) => {
+                // Its look at the next lease end goes with the name (RENAME
+                // and MOVE keep the value under another one).
+                holders.set_watched(None);
+                true
+            }
+            Stored::Single(_) => false,
+        };
         waiting::on_lock_unlinked(db, key, with_holders);
     })
 }

@@ -17,15 +17,12 @@ pub enum Held<'a> {
 /// The lock on an open key, or WRONGTYPE if it holds something else (a
 /// fence gate included).
 pub fn held(key: &LockKey) -> Result<Held<'_>, LockError> {
-    match key.kind() {
-        KeyKind::Empty => Ok(Held::Free),
-        KeyKind::Other => Err(LockError::WrongType),
-        KeyKind::Lock => match key.stored() {
-            None => Ok(Held::Free),
-            Some(Stored::Single(l)) if l.is_gate() => Err(LockError::GateNotLock),
-            Some(Stored::Single(l)) => Ok(Held::Exclusive(l)),
-            Some(Stored::Multi(h)) => Ok(Held::Multi(h)),
-        },
+    match key.stored() {
+        Some(Stored::Single(l)) if l.is_gate() => Err(LockError::GateNotLock),
+        Some(Stored::Single(l)) => Ok(Held::Exclusive(l)),
+        Some(Stored::Multi(h)) => Ok(Held::Multi(h)),
+        None if key.kind() == KeyKind::Other => Err(LockError::WrongType),
+        None => Ok(Held::Free),
     }
 }
 

@@ -1,7 +1,9 @@
-//! The one place a lock is written: grant, new expiry, release. Commands,
-//! handoffs to waiters and revoked grants all go through here, so every
-//! write is stored, propagated to replicas and the AOF, notified and
-//! followed up (waiters served, expiry watched) the same way.
+//! The one place a lock is written: grant, new expiry, release — of an
+//! exclusive lock, or of one holder of a shared lock or a semaphore, whose
+//! leases also end here. Commands, handoffs to waiters, revoked grants and
+//! scheduled lease ends all go through here, so every write is stored,
+//! propagated to replicas and the AOF, notified and followed up (waiters
+//! served, expiry watched) the same way.
 
 use std::ffi::CStr;
 
@@ -93,17 +95,23 @@ pub fn grant_holder(
     let fence =
         state::with_clock(|c| c.next_fence(ffi::now_ms())).ok_or(LockError::FenceExhausted)?;
     let hold = Hold { fence, expire_at };
-    match key.holders_mut() {
-        Some(holders) => holders.insert(token, hold),
+    let after = match key.holders_mut() {
+        Some(holders) => {
+            let before = holders.latest();
+            holders.insert(token, hold);
+            After::change(holders, true, before)
+        }
         None => {
             let mut holders = Holders::new(kind);
             holders.insert(token, hold);
+            let after = After::change(&holders, true, None);
             if !key.set_holders(holders) {
                 return Err(LockError::Internal);
             }
+            after
         }
-    }
-    settle_expiry(ctx, name, key, true);
+    };
+    settle(ctx, name, key, after);
     ffi::replicate_hold(ctx, name, kind, token, hold);
     ffi::notify(ctx, event, name);
     Ok(fence)
@@ -120,6 +128,7 @@ pub fn set_holder_expiry(
     let Some(holders) = key.holders_mut() else {
         return;
     };
+    let before = holders.latest();
     if !holders.set_expiry(token, expire_at) {
         return;
     }
@@ -127,7 +136,8 @@ pub fn set_holder_expiry(
     let Some(hold) = holders.get(token) else {
         return;
     };
-    settle_expiry(ctx, name, key, true);
+    let after = After::change(holders, true, before);
+    settle(ctx, name, key, after);
     ffi::replicate_hold(ctx, name, kind, token, hold);
     ffi::notify(ctx, c"lock.extended", name);
 }
@@ -156,12 +166,15 @@ pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
     let mut key = key;
     let id = ephemeral::any().then(|| waiting::lock_id(ctx, name));
     let mut ended = Vec::new();
-    if let Some(holders) = key.holders_mut() {
-        while let Some((token, _)) = holders.pop_ended(now) {
-            ended.push(token);
-        }
+    let Some(holders) = key.holders_mut() else {
+        return key;
+    };
+    let before = holders.latest();
+    while let Some((token, _)) = holders.pop_ended(now) {
+        ended.push(token);
     }
-    settle_expiry(ctx, name, key, false);
+    let after = After::change(holders, false, before);
+    settle(ctx, name, key, after);
     for token in ended {
         if let Some(id) = &id {
             ephemeral::unbind_holder(id, &token);
@@ -175,34 +188,51 @@ pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
 
 /// Ends `token`'s hold without serving anyone.
 fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8], event: &CStr) {
-    if key.holders_mut().and_then(|h| h.remove(token)).is_none() {
+    let Some(holders) = key.holders_mut() else {
+        return;
+    };
+    let before = holders.latest();
+    if holders.remove(token).is_none() {
         return;
     }
-    settle_expiry(ctx, name, key, false);
+    let after = After::change(holders, false, before);
+    settle(ctx, name, key, after);
     ffi::replicate_hold_end(ctx, name, token);
     ffi::notify(ctx, event, name);
 }
 
-/// After a change of holders: the key's TTL is the latest lease, and the key
-/// goes with its last holder. With `watch` (a lease was set), the next lease
-/// to end is watched; removing holds never brings it earlier, and the job
-/// already set for it looks again when it fires. Closes the key.
-fn settle_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, watch: bool) {
-    let Some(holders) = key.holders() else {
-        return;
-    };
-    let (earliest, latest) = (holders.earliest(), holders.latest());
-    match latest {
+/// What a change of holders leaves to do on the key: its TTL is the
+/// latest lease (set only when that moved), the key goes with its last
+/// holder, and with `watch` (a lease was set) the next lease end is looked
+/// at; removing holds never brings it earlier, and the look already set up
+/// for it runs anyway.
+struct After {
+    latest: Option<i64>,
+    latest_moved: bool,
+    look: Option<i64>,
+}
+
+impl After {
+    fn change(holders: &Holders, watch: bool, latest_before: Option<i64>) -> After {
+        let latest = holders.latest();
+        After {
+            latest,
+            latest_moved: latest != latest_before,
+            look: if watch { holders.look_needed() } else { None },
+        }
+    }
+}
+
+/// Carries out `after` on the key `name`, and closes it.
+fn settle(ctx: &Context, name: &RedisString, mut key: LockKey, after: After) {
+    match after.latest {
         None => key.delete(),
-        Some(at) => key.set_expire_at(at),
+        Some(at) if after.latest_moved => key.set_expire_at(at),
+        Some(_) => {}
     }
     drop(key);
-    if let (true, Some(at)) = (watch, earliest) {
-        scheduler::at(
-            ctx,
-            Job::Leases(waiting::lock_id(ctx, name)),
-            at.saturating_add(1),
-        );
+    if let Some(at) = after.look {
+        scheduler::at(ctx, Job::Leases(waiting::lock_id(ctx, name)), at);
     }
 }
 
@@ -215,12 +245,14 @@ pub fn tend(ctx: &Context, id: &LockId) {
     let name = ctx.create_string(id.1.as_slice());
     let key = LockKey::open(ctx, &name, true);
     let key = end_leases(ctx, &name, key);
-    // Still holding: watch the next lease to end.
-    if let Some(at) = key.holders().and_then(|h| h.earliest()) {
-        drop(key);
-        scheduler::at(ctx, Job::Leases(id.clone()), at.saturating_add(1));
-    } else {
-        drop(key);
+    // Still holding: watch the next lease to end (this look is used up).
+    let look = key.holders().and_then(|h| {
+        h.set_watched(None);
+        h.look_needed()
+    });
+    drop(key);
+    if let Some(at) = look {
+        scheduler::at(ctx, Job::Leases(id.clone()), at);
     }
     waiting::serve(ctx, &name);
 }

@@ -99,6 +99,32 @@ pub fn forget_leases_in(db: i32) {
     }
 }
 
+/// SWAPDB exchanged two databases: the looks at lease ends follow their
+/// keys.
+pub fn swap_leases(first: i32, second: i32) {
+    let swapped = |db: i32| if db == first { second } else { first };
+    let moved = with(|s| {
+        s.cancel_where(|job| matches!(job, Job::Leases((d, _)) if *d == first || *d == second))
+    });
+    for (job, at) in moved {
+        if let Job::Leases((db, name)) = job {
+            with(|s| s.set_earlier(Job::Leases((swapped(db), name)), at));
+        }
+    }
+    PARKED.with(|p| {
+        let mut p = p.borrow_mut();
+        let moved: Vec<LockId> = p
+            .iter()
+            .filter(|(d, _)| *d == first || *d == second)
+            .cloned()
+            .collect();
+        for id in moved {
+            p.remove(&id);
+            p.insert((swapped(id.0), id.1));
+        }
+    });
+}
+
 /// This server was promoted: the lease ends it left to its old master are
 /// its own again.
 pub fn unpark(ctx: &Context) {

@@ -336,6 +336,7 @@ pub fn on_demoted() {
 /// waiters in either is looked at again.
 pub fn on_swapped(first: i32, second: i32) {
     ephemeral::unbind_where(|(d, _)| *d == first || *d == second);
+    scheduler::swap_leases(first, second);
     let ids = with(|w| w.locks_where(|(d, _)| *d == first || *d == second));
     ids.into_iter().for_each(serve_soon);
 }

@@ -153,22 +153,30 @@ fn kind_args(kind: Kind) -> (&'static CStr, u64) {
 /// Propagates one holder's grant, re-grant or extend as its exact state.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8], hold: Hold) {
     let (kind_name, limit) = kind_args(kind);
-    // SAFETY: the format "sccclbll" matches the key's Redis string, three C
-    // strings, a long long, a buffer with its length and two long longs.
+    // Numbers go as text formatted here, as in `replicate_grant`.
+    let (mut limit_buf, mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20], [0u8; 20]);
+    let limit = args::decimal(limit, &mut limit_buf);
+    let fence = args::decimal(hold.fence, &mut fence_buf);
+    let at = args::decimal(hold.expire_at.max(0) as u64, &mut at_buf);
+    // SAFETY: the format "scccbbbb" matches the key's Redis string, three C
+    // strings and four buffers each with its length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,
             HOLD.as_ptr(),
-            c"sccclbll".as_ptr(),
+            c"scccbbbb".as_ptr(),
             key.inner,
             HOLD_VERSION.as_ptr(),
             c"GRANT".as_ptr(),
             kind_name.as_ptr(),
-            limit as i64,
+            limit.as_ptr().cast::<c_char>(),
+            limit.len(),
             token.as_ptr().cast::<c_char>(),
             token.len(),
-            hold.fence as i64,
-            hold.expire_at,
+            fence.as_ptr().cast::<c_char>(),
+            fence.len(),
+            at.as_ptr().cast::<c_char>(),
+            at.len(),
         )
     };
 }
