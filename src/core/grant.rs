@@ -36,10 +36,8 @@ pub enum Occupancy {
     Free,
     /// One exclusive holder.
     Exclusive,
-    /// `holders` read holders.
-    Shared {
-        holders: usize,
-    },
+    /// Read holders (how many does not matter: there is room for any).
+    Shared,
     /// `holders` of `limit` places taken.
     Semaphore {
         limit: u32,
@@ -50,7 +48,7 @@ pub enum Occupancy {
 impl Occupancy {
     pub fn of(kind: Kind, holders: usize) -> Occupancy {
         match kind {
-            Kind::Shared => Occupancy::Shared { holders },
+            Kind::Shared => Occupancy::Shared,
             Kind::Semaphore { limit } => Occupancy::Semaphore { limit, holders },
         }
     }
@@ -59,11 +57,8 @@ impl Occupancy {
     fn with(self, want: Want) -> Occupancy {
         match (self, want) {
             (Occupancy::Free, Want::Exclusive) => Occupancy::Exclusive,
-            (Occupancy::Free, Want::Shared) => Occupancy::Shared { holders: 1 },
+            (Occupancy::Free, Want::Shared) => Occupancy::Shared,
             (Occupancy::Free, Want::Place { limit }) => Occupancy::Semaphore { limit, holders: 1 },
-            (Occupancy::Shared { holders }, _) => Occupancy::Shared {
-                holders: holders + 1,
-            },
             (Occupancy::Semaphore { limit, holders }, _) => Occupancy::Semaphore {
                 limit,
                 holders: holders + 1,
@@ -105,7 +100,7 @@ pub type Holding = Option<Want>;
 pub fn decide(key: Occupancy, want: Want, holding: Holding) -> Decision {
     let kind = match key {
         Occupancy::Free => return Decision::Grant,
-        Occupancy::Exclusive | Occupancy::Shared { .. } => KeyKind::ReadWrite,
+        Occupancy::Exclusive | Occupancy::Shared => KeyKind::ReadWrite,
         Occupancy::Semaphore { limit, .. } => KeyKind::Semaphore { limit },
     };
     let fits_kind = match (kind, want) {
@@ -122,7 +117,7 @@ pub fn decide(key: Occupancy, want: Want, holding: Holding) -> Decision {
         None => {}
     }
     let room = match (key, want) {
-        (Occupancy::Shared { .. }, Want::Shared) => true,
+        (Occupancy::Shared, Want::Shared) => true,
         (Occupancy::Semaphore { limit, holders }, _) => holders < limit as usize,
         _ => false,
     };
@@ -182,7 +177,7 @@ mod tests {
 
     #[test]
     fn read_write_rules() {
-        let shared = Occupancy::Shared { holders: 2 };
+        let shared = Occupancy::Shared;
         assert_eq!(decide(shared, Shared, None), Grant);
         assert_eq!(decide(shared, Exclusive, None), Busy);
         assert_eq!(decide(shared, Shared, Some(Shared)), Regrant);
@@ -213,7 +208,7 @@ mod tests {
 
     #[test]
     fn newcomers_never_overtake() {
-        let shared = Occupancy::Shared { holders: 1 };
+        let shared = Occupancy::Shared;
         assert_eq!(decide_newcomer(shared, Shared, None, true), Busy);
         assert_eq!(decide_newcomer(shared, Shared, None, false), Grant);
         assert_eq!(decide_newcomer(shared, Shared, Some(Shared), true), Regrant);
@@ -236,15 +231,12 @@ mod tests {
             (Shared, None),
         ];
         assert_eq!(plan(Occupancy::Free, queue), [Grant, Grant]);
-        assert_eq!(
-            plan(Occupancy::Shared { holders: 4 }, queue),
-            [Grant, Grant]
-        );
+        assert_eq!(plan(Occupancy::Shared, queue), [Grant, Grant]);
         assert_eq!(plan(Occupancy::Exclusive, queue), []);
         // A writer at the head takes the free key alone.
         let queue = [(Exclusive, None), (Shared, None)];
         assert_eq!(plan(Occupancy::Free, queue), [Grant]);
-        assert_eq!(plan(Occupancy::Shared { holders: 1 }, queue), []);
+        assert_eq!(plan(Occupancy::Shared, queue), []);
     }
 
     #[test]
@@ -279,9 +271,6 @@ mod tests {
     #[test]
     fn a_waiter_holding_another_mode_is_refused_and_the_queue_moves_on() {
         let queue = [(Exclusive, Some(Shared)), (Shared, None)];
-        assert_eq!(
-            plan(Occupancy::Shared { holders: 1 }, queue),
-            [OtherMode, Grant]
-        );
+        assert_eq!(plan(Occupancy::Shared, queue), [OtherMode, Grant]);
     }
 }

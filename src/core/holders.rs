@@ -375,7 +375,9 @@ mod tests {
     fn memory_grows_with_holders() {
         let mut h = Holders::new(Kind::Shared);
         let empty = h.heap_size();
+        assert_eq!(empty, std::mem::size_of::<Holders>());
         h.insert(&[7; 32], hold(1, 1));
-        assert!(h.heap_size() > empty + 64);
+        h.insert(&[8; 3], hold(2, 1));
+        assert_eq!(h.heap_size(), empty + (2 * 32 + 128) + (2 * 3 + 128));
     }
 }

@@ -134,25 +134,25 @@ impl Record {
 impl Drop for Record {
     fn drop(&mut self) {
         // SAFETY: `ptr` is a live record owned by `self`.
-        let len = match unsafe { multi_ptr(self.ptr.as_ptr()) } {
-            Some(holders) => {
-                // SAFETY: made by `Box::into_raw` in `new_multi`, owned by this record.
-                drop(unsafe { Box::from_raw(holders) });
-                HEADER + POINTER
-            }
-            None => HEADER + self.token_len(),
-        };
-        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), len);
-        // SAFETY: `ptr` and `len` are exactly the boxed slice made in `new`.
+        if let Some(holders) = unsafe { multi_ptr(self.ptr.as_ptr()) } {
+            // SAFETY: made by `Box::into_raw` in `new_multi`, owned by this record.
+            drop(unsafe { Box::from_raw(holders) });
+        }
+        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.byte_len());
+        // SAFETY: `ptr` and `byte_len` are exactly the boxed slice made in
+        // `new` or `new_multi`.
         drop(unsafe { Box::from_raw(slice) });
     }
 }
 
 impl Record {
-    fn token_len(&self) -> usize {
+    /// The length of the record's own allocation.
+    fn byte_len(&self) -> usize {
         // SAFETY: `ptr` is a live record owned by `self`.
-        let (_, len) = unsafe { header(self.ptr.as_ptr()) };
-        len as usize
+        match unsafe { header(self.ptr.as_ptr()) } {
+            (_, MULTI) => HEADER + POINTER,
+            (_, len) => HEADER + len as usize,
+        }
     }
 }
 
@@ -225,6 +225,17 @@ mod tests {
     fn one_small_block() {
         let lock = LockRef::new(&[7u8; 22], 1);
         assert_eq!(Record::size_of(Stored::Single(lock)), 32);
+        assert_eq!(Record::new(lock).byte_len(), 32);
+        assert_eq!(Record::new(LockRef::gate(5)).byte_len(), HEADER);
+        let multi = Record::new_multi(Holders::new(crate::core::holders::Kind::Shared));
+        assert_eq!(multi.byte_len(), HEADER + POINTER);
+        let Stored::Multi(h) = multi.view() else {
+            panic!("holders");
+        };
+        assert_eq!(
+            Record::size_of(multi.view()),
+            HEADER + POINTER + h.heap_size()
+        );
     }
 
     #[test]
