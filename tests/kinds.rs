@@ -57,17 +57,10 @@ impl KindInfo {
 }
 
 fn pairs(v: &Value) -> Vec<(String, Value)> {
-    match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|c| (lossy(&as_bytes(&c[0])), c[1].clone()))
-            .collect(),
-        Value::Map(items) => items
-            .iter()
-            .map(|(k, v)| (lossy(&as_bytes(k)), v.clone()))
-            .collect(),
-        other => panic!("expected field/value pairs, got {other:?}"),
-    }
+    field_pairs(v)
+        .into_iter()
+        .map(|(k, v)| (lossy(&k), v))
+        .collect()
 }
 
 pub fn kind_info(con: &mut Connection, key: &str) -> Option<KindInfo> {
@@ -631,6 +624,18 @@ fn ephemeral_holds_end_one_by_one_with_their_connections() {
     drop(own2);
     w.granted();
     assert_eq!(stat(&s, "ephemeral_holds"), 0);
+    // A waiter granted a shared hold with EPHEMERAL is bound to its own connection: it ends
+    // with it (the harness's waiter closes its connection once answered).
+    let reader = spawn_waiter_with(&s, "rw", "reader", 60_000, 20_000, &["SHARED", "EPHEMERAL"]);
+    wait_waiters(&mut c, "rw", 1);
+    assert_eq!(release(&mut c, "rw", b"writer"), 1);
+    reader.granted();
+    wait_until(
+        "the waiter's bound hold to end",
+        Duration::from_secs(5),
+        || !exists(&mut c, "rw"),
+    );
+    assert_eq!(stat(&s, "ephemeral_releases"), 3);
 }
 
 #[test]
@@ -718,12 +723,14 @@ fn extreme_numbers_with_holders_and_waiters() {
     shared(&mut c, "rw", "near", 1);
     let w = spawn_waiter(&s, "rw", "w", max_ttl, 0);
     wait_waiters(&mut c, "rw", 1);
+    let near_max = (i64::MAX - now_ms()).to_string();
     for ttl in [
         "0",
         "-1",
         "1000000000001",
         "9223372036854775807",
         "18446744073709551615",
+        &near_max,
     ] {
         assert!(err(&mut c, &rcmd!("LOCK.EXTEND", "rw", "far", "PX", ttl)).starts_with("ERR"));
         assert!(err(
@@ -813,7 +820,11 @@ fn a_promoted_replica_ends_the_leases_its_master_left() {
         stat(&r, "lease_ends") == 2
     });
     assert_eq!(info_of(&mut rc, "rw").tokens(), ["stays"]);
-    drop(m);
+    let resumed = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(resumed.success());
 }
 
 #[test]

@@ -230,3 +230,71 @@ fn monitor_on_master_and_replica_never_shows_tokens() {
         );
     }
 }
+
+#[test]
+fn holders_and_their_effects_never_show_tokens() {
+    let master = Server::start();
+    let replica = Server::start_replica_of(&master);
+    let mut rc = replica.conn();
+    ok(
+        &mut rc,
+        &rcmd!("CONFIG", "SET", "slowlog-log-slower-than", 0),
+    );
+    ok(&mut rc, &rcmd!("SLOWLOG", "RESET"));
+    let mut on_master = start_monitor(&master);
+    let mut on_replica = start_monitor(&replica);
+    let secrets = Secrets::new();
+    let mut c = master.conn();
+    let (reader, brief, place) = (
+        secrets.token("reader"),
+        secrets.token("brief"),
+        secrets.token("place"),
+    );
+    // A shared grant, its re-grant, an extend and a release; a semaphore place, and one whose
+    // lease ends on its own (an END effect made by the module, not by a command).
+    for _ in 0..2 {
+        crate::kinds::shared(&mut c, "r:rw", &reader, 60_000);
+    }
+    assert_eq!(extend_px(&mut c, "r:rw", reader.as_bytes(), 90_000), 1);
+    crate::kinds::place(&mut c, "r:sem", &place, 60_000, 2);
+    crate::kinds::place(&mut c, "r:sem", &brief, 50, 2);
+    wait_until("the brief lease to end", Duration::from_secs(5), || {
+        stat(&master, "lease_ends") == 1
+    });
+    assert_eq!(release(&mut c, "r:rw", reader.as_bytes()), 1);
+    ok(&mut c, &rcmd!("SET", "r:end-marker", 1));
+    wait_replicas(&mut c, 1);
+
+    let lines = monitor_until(&mut on_master, b"r:end-marker", &master);
+    assert_eq!(
+        assert_redacted(&lines, "LOCK.ACQUIRE", &secrets, secrets.stem()),
+        4
+    );
+    // Every change of a holder reaches the replica as a LOCK._HOLD effect: four grants (the
+    // re-grant and the extend included) and two ends.
+    let lines = monitor_until(&mut on_replica, b"r:end-marker", &replica);
+    assert_eq!(
+        assert_redacted(&lines, "LOCK._HOLD", &secrets, secrets.stem()),
+        7
+    );
+    let mut all = Vec::new();
+    strings(&ok(&mut rc, &rcmd!("SLOWLOG", "GET", -1)), &mut all);
+    assert!(
+        all.iter().any(|s| s == REDACTED),
+        "no LOCK._HOLD in the replica's SLOWLOG"
+    );
+    for s in &all {
+        assert!(
+            !contains(s, secrets.stem()),
+            "a token in SLOWLOG: {:?}",
+            lossy(s)
+        );
+    }
+    for (name, s) in [("master", &master), ("replica", &replica)] {
+        let text = s.log() + &s.stderr_log();
+        assert!(
+            !text.contains(&secrets.0),
+            "{name}: a token in the server log"
+        );
+    }
+}

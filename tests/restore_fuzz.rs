@@ -504,24 +504,6 @@ struct Listed {
     ttl: i64,
 }
 
-/// Field/value pairs of a reply (a flat array under RESP2, a map under RESP3).
-fn pairs(v: &Value) -> Vec<(Vec<u8>, Value)> {
-    match v {
-        Value::Array(items) => {
-            assert!(items.len() % 2 == 0, "odd-length field list {v:?}");
-            items
-                .chunks(2)
-                .map(|c| (as_bytes(&c[0]), c[1].clone()))
-                .collect()
-        }
-        Value::Map(items) => items
-            .iter()
-            .map(|(k, v)| (as_bytes(k), v.clone()))
-            .collect(),
-        other => panic!("expected field/value pairs, got {other:?}"),
-    }
-}
-
 fn field(pairs: &[(Vec<u8>, Value)], name: &str) -> Value {
     pairs
         .iter()
@@ -536,7 +518,7 @@ fn restored(con: &mut Connection, key: &str) -> Restored {
     if v == Value::Nil {
         return Restored::Nothing;
     }
-    let p = pairs(&v);
+    let p = field_pairs(&v);
     let fence = |p: &[(Vec<u8>, Value)]| as_int(&field(p, "fence")) as u64;
     match as_bytes(&field(&p, "mode")).as_slice() {
         b"gate" => Restored::Gate { fence: fence(&p) },
@@ -558,7 +540,7 @@ fn restored(con: &mut Connection, key: &str) -> Restored {
             let listed = list
                 .iter()
                 .map(|h| {
-                    let h = pairs(h);
+                    let h = field_pairs(h);
                     Listed {
                         token: as_bytes(&field(&h, "token")),
                         fence: fence(&h),

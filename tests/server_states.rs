@@ -15,7 +15,7 @@ use crate::common::*;
 /// Starts a client that waits for `key` with `token` (the harness's waiter); returns once the
 /// server counts it among the key's waiters.
 fn queue_waiter(server: &Server, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
-    let before = info(&mut server.conn(), key).map_or(0, |i| i.waiters);
+    let before = waiters_of(&mut server.conn(), key);
     let waiter = spawn_waiter(server, key, token, px, block_ms);
     wait_waiters(&mut server.conn(), key, before + 1);
     waiter
@@ -180,17 +180,50 @@ fn signal(pid: u32, sig: &str) {
     assert!(status.success(), "kill -{sig} {pid}");
 }
 
-#[test]
-fn failover_while_a_contended_lock_expires() {
+/// What frees the contended place while the server cannot write: the exclusive holder's expiry
+/// (Redis expires the key), or one holder's lease end (the module ends it, the key stays).
+#[derive(Clone, Copy, Debug)]
+enum Contended {
+    Lock,
+    Holder,
+}
+
+impl Contended {
+    /// Holds `k`, queues `waiter` for it, and cuts the lease to end in 200 ms.
+    fn set_up(self, m: &Server) -> Waiter {
+        let mut c = m.conn();
+        match self {
+            Contended::Lock => {
+                grant(&mut c, "k", b"holder", 60_000);
+                let rx = queue_waiter(m, "k", "waiter", 30_000, 0);
+                assert_eq!(extend_px(&mut c, "k", b"holder", 200), 1);
+                rx
+            }
+            Contended::Holder => {
+                let rx = semaphore_with_waiter(m);
+                assert_eq!(extend_px(&mut c, "k", b"short", 200), 1);
+                rx
+            }
+        }
+    }
+
+    /// The effect a replica receives for each grant and extend, and how many the set-up made.
+    fn effects(self) -> (&'static str, &'static str) {
+        match self {
+            Contended::Lock => ("cmdstat_lock._apply", "calls=1,"),
+            Contended::Holder => ("cmdstat_lock._hold", "calls=3,"),
+        }
+    }
+}
+
+fn failover_while_contended(kind: Contended) {
     let m = Server::builder()
         .set("appendonly", "yes")
         .set("appendfsync", "always")
         .start();
     let r = Server::start_replica_of(&m);
+    let rx = kind.set_up(&m);
     let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 60_000);
-    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
-    assert_eq!(extend_px(&mut c, "k", b"holder", 200), 1);
     let frozen = Frozen::new(&m, &r);
     // FAILOVER pauses writes until the replica has caught up; the lease ends meanwhile, and
     // nothing is granted while writes are paused.
@@ -208,6 +241,14 @@ fn failover_while_a_contended_lock_expires() {
         ),
         other => panic!("a demoted master granted {other:?}"),
     }
+    if let Contended::Holder = kind {
+        // The new master ends the lease its old master left.
+        wait_until(
+            "the new master to end the lease",
+            Duration::from_secs(5),
+            || holders(&r) == ["stays"] && stat(&r, "lease_ends") == 1,
+        );
+    }
     assert_alive(&m);
     assert_alive(&r);
     wait_replica_caught_up(&r, &m);
@@ -215,16 +256,22 @@ fn failover_while_a_contended_lock_expires() {
 }
 
 #[test]
-fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
+fn failover_while_a_contended_lock_expires() {
+    failover_while_contended(Contended::Lock);
+}
+
+#[test]
+fn failover_while_a_contended_holder_lease_ends() {
+    failover_while_contended(Contended::Holder);
+}
+
+fn graceful_shutdown_while_contended(kind: Contended) {
     let mut m = Server::builder()
         .set("appendonly", "yes")
         .set("shutdown-timeout", "10")
         .start();
     let r = Server::start_replica_of(&m);
-    let mut c = m.conn();
-    grant(&mut c, "k", b"holder", 60_000);
-    let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
-    assert_eq!(extend_px(&mut c, "k", b"holder", 200), 1);
+    let rx = kind.set_up(&m);
     let frozen = Frozen::new(&m, &r);
     // SHUTDOWN pauses writes and waits for the replica; the lease ends meanwhile.
     let mut sc = m.conn();
@@ -244,13 +291,24 @@ fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
         panic!("granted {g:?} during a shutdown pause");
     }
     assert_alive(&r);
-    // The replica received the holder's grant and nothing else.
+    // The replica received the set-up's grants and extend, and nothing else.
+    let (effect, calls) = kind.effects();
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut r.conn())
         .unwrap();
-    let applied = field(&stats, "cmdstat_lock._apply").unwrap_or_default();
-    assert!(applied.starts_with("calls=1,"), "{applied}");
+    let applied = field(&stats, effect).unwrap_or_default();
+    assert!(applied.starts_with(calls), "{applied}");
+}
+
+#[test]
+fn graceful_shutdown_with_replicas_while_a_contended_lock_expires() {
+    graceful_shutdown_while_contended(Contended::Lock);
+}
+
+#[test]
+fn graceful_shutdown_with_replicas_while_a_holder_lease_ends() {
+    graceful_shutdown_while_contended(Contended::Holder);
 }
 
 #[test]
@@ -385,8 +443,9 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
     assert_alive(&r);
 }
 
-#[test]
-fn an_ephemeral_release_waits_for_a_client_pause() {
+/// An `EPHEMERAL` holder (exclusive, or one shared holder among others) disconnects while
+/// writes are paused; a writer waits for the key.
+fn ephemeral_release_under_pause(shared: bool) {
     let m = Server::builder()
         .set("appendonly", "yes")
         .set("appendfsync", "always")
@@ -395,7 +454,11 @@ fn an_ephemeral_release_waits_for_a_client_pause() {
     let mut c = m.conn();
     let mut holder = RawConn::connect(&m);
     let id = holder.client_id();
-    holder.call(&["LOCK.ACQUIRE", "k", "holder", "PX", "60000", "EPHEMERAL"]);
+    let mut acquire = vec!["LOCK.ACQUIRE", "k", "holder", "PX", "60000", "EPHEMERAL"];
+    if shared {
+        acquire.push("SHARED");
+    }
+    holder.call(&acquire);
     let rx = queue_waiter(&m, "k", "waiter", 30_000, 0);
     ok(&mut c, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
     holder.close();
@@ -406,13 +469,23 @@ fn an_ephemeral_release_waits_for_a_client_pause() {
         Duration::from_millis(300),
         "EPHEMERAL release during a pause",
     );
-    assert_eq!(info_some(&mut c, "k").token, b"holder".to_vec());
+    assert_eq!(crate::kinds::info_of(&mut c, "k").tokens(), ["holder"]);
     assert_alive(&m);
     ok(&mut c, &rcmd!("CLIENT", "UNPAUSE"));
     assert_granted(&answer_within(&rx, Duration::from_secs(5)), "waiter");
     assert_alive(&m);
     wait_replica_caught_up(&m, &r);
     assert_eq!(digest(&m), digest(&r));
+}
+
+#[test]
+fn an_ephemeral_release_waits_for_a_client_pause() {
+    ephemeral_release_under_pause(false);
+}
+
+#[test]
+fn an_ephemeral_shared_release_waits_for_a_client_pause() {
+    ephemeral_release_under_pause(true);
 }
 
 #[test]
@@ -489,75 +562,6 @@ fn a_lease_end_waits_for_every_client_pause() {
         assert_eq!(digest(&m), digest(&r), "{what}: master and replica differ");
         assert_eq!(holders(&r), ["stays", "waiter"], "{what}");
     }
-}
-
-#[test]
-fn failover_while_a_contended_holder_lease_ends() {
-    let m = Server::builder()
-        .set("appendonly", "yes")
-        .set("appendfsync", "always")
-        .start();
-    let r = Server::start_replica_of(&m);
-    let rx = semaphore_with_waiter(&m);
-    let mut c = m.conn();
-    assert_eq!(extend_px(&mut c, "k", b"short", 200), 1);
-    let frozen = Frozen::new(&m, &r);
-    ok(&mut c, &rcmd!("FAILOVER", "TIMEOUT", 10_000));
-    no_answer_for(&rx, Duration::from_millis(500), "FAILOVER pause");
-    drop(frozen);
-    r.wait_info("replication", "role", "master");
-    m.wait_info("replication", "role", "slave");
-    m.wait_info("replication", "master_link_status", "up");
-    match answer_within(&rx, Duration::from_secs(5)).reply {
-        Err(e) => assert!(
-            e.starts_with("UNBLOCKED") || e.starts_with("READONLY"),
-            "waiter answered {e}"
-        ),
-        other => panic!("a demoted master granted {other:?}"),
-    }
-    // The new master ends the lease its old master left.
-    wait_until(
-        "the new master to end the lease",
-        Duration::from_secs(5),
-        || holders(&r) == ["stays"] && stat(&r, "lease_ends") == 1,
-    );
-    assert_alive(&m);
-    assert_alive(&r);
-    wait_replica_caught_up(&r, &m);
-    assert_eq!(digest(&m), digest(&r));
-}
-
-#[test]
-fn graceful_shutdown_with_replicas_while_a_holder_lease_ends() {
-    let mut m = Server::builder()
-        .set("appendonly", "yes")
-        .set("shutdown-timeout", "10")
-        .start();
-    let r = Server::start_replica_of(&m);
-    let rx = semaphore_with_waiter(&m);
-    let mut c = m.conn();
-    assert_eq!(extend_px(&mut c, "k", b"short", 200), 1);
-    let frozen = Frozen::new(&m, &r);
-    let mut sc = m.conn();
-    let shutdown = thread::spawn(move || {
-        let _ = run(&mut sc, &rcmd!("SHUTDOWN"));
-    });
-    no_answer_for(&rx, Duration::from_millis(500), "SHUTDOWN pause");
-    drop(frozen);
-    assert!(m.wait_exit(), "the server did not exit\n{}", m.log_tail(30));
-    shutdown.join().unwrap();
-    assert!(m.crash_lines().is_empty(), "{:?}", m.crash_lines());
-    if let Ok(g @ redis::Value::Array(_)) = answer_within(&rx, Duration::from_secs(5)).reply {
-        panic!("granted {g:?} during a shutdown pause");
-    }
-    assert_alive(&r);
-    // The replica got the grants and the extend, and no lease end.
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut r.conn())
-        .unwrap();
-    let applied = field(&stats, "cmdstat_lock._hold").unwrap_or_default();
-    assert!(applied.starts_with("calls=3,"), "{applied}");
 }
 
 #[test]

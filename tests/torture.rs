@@ -104,14 +104,20 @@ struct Stats {
     checks: AtomicU64,
 }
 
-struct Shared {
+/// What a run found wrong, with times counted from its start.
+struct Findings {
     start: Instant,
-    resources: Vec<Mutex<Resource>>,
     violations: Mutex<Vec<String>>,
-    stats: Stats,
 }
 
-impl Shared {
+impl Findings {
+    fn new() -> Findings {
+        Findings {
+            start: Instant::now(),
+            violations: Mutex::default(),
+        }
+    }
+
     fn violation(&self, msg: String) {
         let mut v = self.violations.lock().unwrap();
         if v.len() < 1000 {
@@ -126,6 +132,43 @@ impl Shared {
         )
     }
 
+    fn count(&self) -> usize {
+        self.violations.lock().unwrap().len()
+    }
+
+    /// Fails the test if anything was found, showing the first findings and the server's log.
+    fn assert_none(&self, seed: u64, server: &Server) {
+        let violations = self.violations.lock().unwrap();
+        assert!(
+            violations.is_empty(),
+            "{} violations (seed {seed}); first ones:\n{}\n{}",
+            violations.len(),
+            violations
+                .iter()
+                .take(20)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n"),
+            server.log_tail(20)
+        );
+    }
+}
+
+struct Shared {
+    found: Findings,
+    resources: Vec<Mutex<Resource>>,
+    stats: Stats,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Findings;
+
+    fn deref(&self) -> &Findings {
+        &self.found
+    }
+}
+
+impl Shared {
     /// The holder `(fence, worker)` with safe window ending at `safe_until` enters the
     /// resource of `lock`: another occupant still inside its own safe window is a violation.
     fn enter(&self, lock: usize, fence: i64, worker: usize, safe_until: Instant) {
@@ -641,9 +684,8 @@ fn mutual_exclusion_under_contention() {
     );
     let server = Server::start();
     let shared = Arc::new(Shared {
-        start: Instant::now(),
+        found: Findings::new(),
         resources: (0..LOCKS).map(|_| Mutex::default()).collect(),
-        violations: Mutex::default(),
         stats: Stats::default(),
     });
     let deadline = Instant::now() + Duration::from_secs(cfg.secs);
@@ -679,7 +721,6 @@ fn mutual_exclusion_under_contention() {
     });
     let handoffs = stat(&server, "handoffs");
     let s = &shared.stats;
-    let violations = shared.violations.lock().unwrap();
     println!(
         "TORTURE-SUMMARY secs={} workers={} locks={LOCKS} seed={} grants={} blocked_grants={} \
          timeouts={} extends={} regrants={} releases={} overruns={} stale_rejected={} \
@@ -701,7 +742,7 @@ fn mutual_exclusion_under_contention() {
         s.unverified.load(Ordering::Relaxed),
         s.writes.load(Ordering::Relaxed),
         s.checks.load(Ordering::Relaxed),
-        violations.len()
+        shared.count()
     );
     assert!(
         s.grants.load(Ordering::Relaxed) >= (cfg.workers as u64) * 5,
@@ -728,19 +769,7 @@ fn mutual_exclusion_under_contention() {
             "no {what} in the run: the checks proved nothing about them"
         );
     }
-    assert!(
-        violations.is_empty(),
-        "{} violations (seed {}); first ones:\n{}\n{}",
-        violations.len(),
-        cfg.seed,
-        violations
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        server.log_tail(20)
-    );
+    shared.assert_none(cfg.seed, &server);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -779,29 +808,22 @@ struct SemStats {
 }
 
 struct SemShared {
-    start: Instant,
+    found: Findings,
     places: Vec<Mutex<Places>>,
-    violations: Mutex<Vec<String>>,
     stats: SemStats,
     /// (semaphore, fence, grant sent, grant arrived)
     grants: Mutex<Vec<(usize, i64, Instant, Instant)>>,
 }
 
+impl std::ops::Deref for SemShared {
+    type Target = Findings;
+
+    fn deref(&self) -> &Findings {
+        &self.found
+    }
+}
+
 impl SemShared {
-    fn violation(&self, msg: String) {
-        let mut v = self.violations.lock().unwrap();
-        if v.len() < 1000 {
-            v.push(msg);
-        }
-    }
-
-    fn ms(&self, t: Instant) -> String {
-        format!(
-            "{:.1}ms",
-            t.duration_since(self.start).as_secs_f64() * 1000.0
-        )
-    }
-
     /// A fenced write by holder `fence`, whose provable lease ends at `until`. Holders still
     /// inside their own provable lease are live: more than `PLACES` of them at once is a
     /// violation. A write from a holder past its lease is refused once `PLACES` newer holders are
@@ -823,11 +845,11 @@ impl SemShared {
                 let who: Vec<String> = p
                     .inside
                     .iter()
-                    .map(|(f, (w, end))| format!("worker {w} fence {f} until {}", self.ms(*end)))
+                    .map(|(f, (w, end))| format!("worker {w} fence {f} until {}", self.at(*end)))
                     .collect();
                 self.violation(format!(
                     "semaphore {sem}: {live} live holders at {} (limit {PLACES}): {}",
-                    self.ms(now),
+                    self.at(now),
                     who.join(", ")
                 ));
             }
@@ -985,9 +1007,8 @@ fn a_semaphore_never_has_more_holders_than_places() {
     );
     let server = Server::start();
     let shared = Arc::new(SemShared {
-        start: Instant::now(),
+        found: Findings::new(),
         places: (0..SEMAPHORES).map(|_| Mutex::default()).collect(),
-        violations: Mutex::default(),
         stats: SemStats::default(),
         grants: Mutex::default(),
     });
@@ -1041,7 +1062,6 @@ fn a_semaphore_never_has_more_holders_than_places() {
     let lease_ends = stat(&server, "lease_ends");
     let handoffs = stat(&server, "handoffs");
     let s = &shared.stats;
-    let violations = shared.violations.lock().unwrap();
     let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
     println!(
         "SEMAPHORE-TORTURE-SUMMARY secs={} workers={workers} places={PLACES} seed={} grants={} \
@@ -1061,7 +1081,7 @@ fn a_semaphore_never_has_more_holders_than_places() {
         load(&s.writes),
         load(&s.checks),
         load(&s.most_inside),
-        violations.len()
+        shared.count()
     );
     assert_eq!(waiters, 0, "waiters left after every worker stopped");
     for (what, n) in [
@@ -1082,17 +1102,5 @@ fn a_semaphore_never_has_more_holders_than_places() {
         PLACES as u64,
         "the places were never all taken at once: the limit was not tested"
     );
-    assert!(
-        violations.is_empty(),
-        "{} violations (seed {}); first ones:\n{}\n{}",
-        violations.len(),
-        cfg.seed,
-        violations
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n"),
-        server.log_tail(20)
-    );
+    shared.assert_none(cfg.seed, &server);
 }

@@ -919,12 +919,12 @@ pub struct LockInfo {
     pub waiters: i64,
 }
 
-/// Parses a `LOCK.INFO` reply (flat field/value array under RESP2, map under RESP3).
-pub fn parse_info(v: &Value) -> Option<LockInfo> {
-    let pairs: Vec<(Vec<u8>, Value)> = match v {
-        Value::Nil => return None,
+/// Field/value pairs of a reply (a flat array under RESP2, a map under RESP3).
+#[track_caller]
+pub fn field_pairs(v: &Value) -> Vec<(Vec<u8>, Value)> {
+    match v {
         Value::Array(items) => {
-            assert!(items.len() % 2 == 0, "LOCK.INFO: odd-length reply {v:?}");
+            assert!(items.len() % 2 == 0, "odd-length field list {v:?}");
             items
                 .chunks(2)
                 .map(|c| (as_bytes(&c[0]), c[1].clone()))
@@ -934,8 +934,16 @@ pub fn parse_info(v: &Value) -> Option<LockInfo> {
             .iter()
             .map(|(k, v)| (as_bytes(k), v.clone()))
             .collect(),
-        other => panic!("unexpected LOCK.INFO reply {other:?}"),
-    };
+        other => panic!("expected field/value pairs, got {other:?}"),
+    }
+}
+
+/// Parses a `LOCK.INFO` reply (flat field/value array under RESP2, map under RESP3).
+pub fn parse_info(v: &Value) -> Option<LockInfo> {
+    if *v == Value::Nil {
+        return None;
+    }
+    let pairs = field_pairs(v);
     let get = |name: &str| -> Value {
         pairs
             .iter()
@@ -1242,15 +1250,10 @@ pub fn read_resp(r: &mut dyn std::io::BufRead, depth: usize) -> Result<Resp, Str
 /// The `waiters` field of `LOCK.INFO key`, for a lock of any kind (0 when there is no lock).
 pub fn waiters_of(con: &mut Connection, key: &str) -> i64 {
     let v = ok(con, &rcmd!("LOCK.INFO", key));
-    let pairs: Vec<(Vec<u8>, Value)> = match v {
-        Value::Array(items) => items
-            .chunks(2)
-            .map(|c| (as_bytes(&c[0]), c[1].clone()))
-            .collect(),
-        Value::Map(items) => items.into_iter().map(|(k, v)| (as_bytes(&k), v)).collect(),
-        _ => return 0,
-    };
-    pairs
+    if v == Value::Nil {
+        return 0;
+    }
+    field_pairs(&v)
         .iter()
         .find(|(k, _)| k == b"waiters")
         .map_or(0, |(_, v)| as_int(v))
