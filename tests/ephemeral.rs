@@ -234,3 +234,46 @@ fn reload_and_failover_leave_the_lease_only() {
     assert!(info_some(&mut rc, "f").ttl > 50_000);
     drop(holder);
 }
+
+#[test]
+fn ephemeral_needs_a_connection_to_bind_to() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let refusal = "ERR EPHEMERAL binds a hold to the client connection, and this call has none";
+    let script = "return redis.call('LOCK.ACQUIRE', KEYS[1], ARGV[1], 'PX', '60000', 'EPHEMERAL')";
+    let e = err(&mut c, &rcmd!("EVAL", script, 1, "k", "from-eval"));
+    assert!(e.starts_with(refusal), "EVAL: {e}");
+    let library = "#!lua name=locks\n\
+        redis.register_function('grab', function(keys, args) \
+        return redis.call('LOCK.ACQUIRE', keys[1], args[1], 'PX', '60000', 'EPHEMERAL') end)";
+    ok(&mut c, &rcmd!("FUNCTION", "LOAD", library));
+    let e = err(&mut c, &rcmd!("FCALL", "grab", 1, "k", "from-fcall"));
+    assert!(e.starts_with(refusal), "FCALL: {e}");
+    // Nothing was granted, and nothing was bound.
+    assert!(!exists(&mut c, "k"));
+    assert_eq!(stat(&s, "ephemeral_holds"), 0);
+    // Without EPHEMERAL a script acquires as usual; inside MULTI the connection is real, and
+    // its closing releases the hold.
+    let no_bind = "return redis.call('LOCK.ACQUIRE', KEYS[1], ARGV[1], 'PX', '60000')";
+    assert!(parse_grant(&ok(&mut c, &rcmd!("EVAL", no_bind, 1, "k", "script"))).is_some());
+    let mut tx = s.conn();
+    let id = as_int(&ok(&mut tx, &rcmd!("CLIENT", "ID")));
+    let replies: redis::Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("m")
+        .arg("tx")
+        .arg("PX")
+        .arg(60_000)
+        .arg("EPHEMERAL")
+        .query(&mut tx)
+        .expect("MULTI/EXEC");
+    assert!(matches!(replies, redis::Value::Array(_)), "{replies:?}");
+    assert_eq!(client_of(&mut c, "m"), id);
+    drop(tx);
+    wait_client_gone(&mut c, id);
+    assert!(
+        !exists(&mut c, "m"),
+        "the MULTI connection's hold outlived it"
+    );
+}

@@ -449,6 +449,30 @@ fn in_cluster_every_key_must_share_the_guard_keys_slot() {
     );
     assert!(!exists(&mut c, "{user:1}:gate"));
     assert!(!exists(&mut c, "other"));
+    // Shard channels live in slots too, though Redis does not count them as keys.
+    for cmd in ["SPUBLISH", "spublish"] {
+        assert_eq!(
+            err(
+                &mut c,
+                &rcmd!("LOCK.CALL", "{user:1}:lock", "me", cmd, "other", "m")
+            ),
+            cross
+        );
+    }
+    assert_eq!(
+        ok(
+            &mut c,
+            &rcmd!(
+                "LOCK.CALL",
+                "{user:1}:lock",
+                "me",
+                "SPUBLISH",
+                "{user:1}:news",
+                "m"
+            )
+        ),
+        redis::Value::Int(0)
+    );
 }
 
 #[test]
@@ -469,4 +493,109 @@ fn the_token_of_lock_call_stays_out_of_the_slowlog() {
     let text = format!("{log:?}");
     assert!(text.contains("(redacted)"), "{text}");
     assert!(!text.contains("secret-call-token"), "{text}");
+}
+
+/// The reply of a command, sent directly and through each guard, read off the wire.
+fn direct_and_guarded(raw: &mut RawConn, cmd: &[&str]) -> [Resp; 3] {
+    let direct = raw.call(cmd);
+    let called = raw.call(&[&["LOCK.CALL", "lock", "me"][..], cmd].concat());
+    let fenced = raw.call(&[&["LOCK.FENCE", "gate", "1"][..], cmd].concat());
+    [direct, called, fenced]
+}
+
+#[test]
+fn a_guard_answers_in_the_callers_protocol() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "lock", b"me", 600_000);
+    ok(&mut c, &rcmd!("HSET", "h", "f", "v"));
+    ok(&mut c, &rcmd!("ZADD", "z", "1.5", "m"));
+    ok(&mut c, &rcmd!("SADD", "set", "a"));
+    ok(&mut c, &rcmd!("SET", "str", "v"));
+    // Replies whose RESP3 form differs (null, map, double, set), errors, and the errors that
+    // Valkey's call API loses (GETDEL and GETSET of a hash).
+    let commands: &[&[&str]] = &[
+        &["GET", "missing"],
+        &["HGETALL", "h"],
+        &["ZSCORE", "z", "m"],
+        &["ZRANGE", "z", "0", "-1", "WITHSCORES"],
+        &["SMEMBERS", "set"],
+        &["HGET", "h", "nofield"],
+        &["LPOP", "missing"],
+        &["GETDEL", "h"],
+        &["GETSET", "h", "x"],
+        &["INCR", "str"],
+        &["GET", "str"],
+    ];
+    for proto in ["2", "3"] {
+        let mut raw = RawConn::connect(&s);
+        assert!(!matches!(raw.call(&["HELLO", proto]), Resp::Error(_)));
+        for cmd in commands {
+            let [direct, called, fenced] = direct_and_guarded(&mut raw, cmd);
+            assert_eq!(called, direct, "RESP{proto}: LOCK.CALL {cmd:?}");
+            assert_eq!(fenced, direct, "RESP{proto}: LOCK.FENCE {cmd:?}");
+        }
+    }
+    // The forms differ indeed: a RESP3 caller gets RESP3 replies.
+    let mut raw = RawConn::connect(&s);
+    raw.call(&["HELLO", "3"]);
+    let [_, missing, _] = direct_and_guarded(&mut raw, &["GET", "missing"]);
+    let [_, map, _] = direct_and_guarded(&mut raw, &["HGETALL", "h"]);
+    let [_, double, _] = direct_and_guarded(&mut raw, &["ZSCORE", "z", "m"]);
+    assert_eq!(missing, Resp::Nil);
+    assert!(matches!(map, Resp::Other(b'%', _)), "{map:?}");
+    assert_eq!(
+        double,
+        Resp::Other(b',', vec![Resp::Simple(b"1.5".to_vec())])
+    );
+}
+
+#[test]
+fn every_guarded_call_gets_exactly_one_reply() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    grant(&mut c, "lock", b"me", 600_000);
+    ok(&mut c, &rcmd!("HSET", "h", "f", "v"));
+    let commands: &[&[&str]] = &[
+        &["LOCK.CALL", "lock", "me", "GETDEL", "h"],
+        &["LOCK.CALL", "lock", "me", "GETSET", "h", "x"],
+        &["LOCK.FENCE", "gX", "7", "GETSET", "h", "x"],
+        &["PING"],
+        &["LOCK.CALL", "lock", "me", "GET", "missing"],
+        &["LOCK.FENCE", "gY", "7", "GET", "missing"],
+        &["LOCK.FENCE", "gZ", "7", "GETDEL", "h"],
+        &["GET", "missing"],
+    ];
+    // Pipelined in one write: a missing reply would pair every later reply with the wrong
+    // request.
+    let mut raw = RawConn::connect(&m);
+    std::io::Write::write_all(&mut raw.stream(), &resp_commands(commands)).unwrap();
+    let wrongtype =
+        Resp::Error(b"WRONGTYPE Operation against a key holding the wrong kind of value".to_vec());
+    let want = [
+        wrongtype.clone(),
+        wrongtype.clone(),
+        wrongtype.clone(),
+        Resp::Simple(b"PONG".to_vec()),
+        Resp::Nil,
+        Resp::Nil,
+        wrongtype,
+        Resp::Nil,
+    ];
+    for (cmd, want) in commands.iter().zip(want) {
+        assert_eq!(
+            raw.read().unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+            want,
+            "{cmd:?}"
+        );
+    }
+    // A gate moves only for a command that succeeded, on the master and its replica alike.
+    assert!(!exists(&mut c, "gX") && !exists(&mut c, "gZ"));
+    assert!(exists(&mut c, "gY"));
+    assert_eq!(type_of(&mut c, "h"), "hash");
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    assert!(!exists(&mut rc, "gX") && !exists(&mut rc, "gZ"));
+    assert_eq!(digest(&mut rc), digest(&mut c));
 }

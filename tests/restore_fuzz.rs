@@ -60,6 +60,8 @@ const MAX_LIMIT: u64 = 1_000_000;
 const EPOCH_SHIFT: u32 = 51;
 const TIME_BASE_MS: i64 = 1_735_689_600_000;
 const DAY_MS: i64 = 86_400_000;
+/// The longest TTL (`MAX_TTL_MS`): no restored hold may end later than now plus this.
+const MAX_TTL_MS: i64 = 1_000_000_000_000;
 
 /// An RDB length: 6, 14, 32 or 64 bits.
 fn enc_len(n: u64) -> Vec<u8> {
@@ -465,6 +467,16 @@ fn expect_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
         None => return Expect::Either,
         Some(true) => {}
     }
+    // A lease end before the epoch, or beyond one granted now with the longest TTL, is forged
+    // (within a minute of that bound, the server's clock decides).
+    for (_, expire_at, _) in &read {
+        if *expire_at < 0 || *expire_at > now + MAX_TTL_MS + 60_000 {
+            return Expect::Refused;
+        }
+        if *expire_at > now + MAX_TTL_MS - 60_000 {
+            return Expect::Either;
+        }
+    }
     let mut holds = Vec::new();
     for (fence, expire_at, token) in read {
         // An LZF token: not decoded here.
@@ -758,6 +770,15 @@ impl Bench {
                         };
                         assert_eq!(k, kind, "{what}: restored kind");
                         check_listed(what, listed, holds, before, after);
+                        // RESTORE was given TTL 0; the key's TTL is still its latest lease.
+                        let latest = holds.iter().map(|h| h.expire_at).max().unwrap_or(0);
+                        let pttl = pttl(&mut self.c, &key);
+                        let after = now_ms();
+                        assert!(
+                            (latest.saturating_sub(after) - 1..=latest - before).contains(&pttl)
+                                || (latest < after && pttl == -2),
+                            "{what}: PTTL {pttl} after RESTORE with TTL 0, latest lease {latest}"
+                        );
                         self.exact_holders += 1;
                     }
                     Expect::Refused | Expect::Either => assert_plausible(what, &got),
@@ -1143,6 +1164,22 @@ fn forged_holder_records_get_an_exact_answer() {
             with(sem(3, two()), &|x| x.module_id = id | 1023),
         ),
         ("mode 4", with(sem(3, two()), &|x| x.mode = 4)),
+        (
+            "lease until the end of time",
+            shared(vec![hold(b"r1", f(1), lease), hold(b"r2", f(2), i64::MAX)]),
+        ),
+        (
+            "lease ending a day after the bound",
+            shared(vec![hold(b"r1", f(1), now + MAX_TTL_MS + DAY_MS)]),
+        ),
+        (
+            "lease ended before the epoch",
+            sem(3, vec![hold(b"r1", f(1), lease), hold(b"r2", f(2), -1)]),
+        ),
+        (
+            "lease ending at i64::MIN",
+            shared(vec![hold(b"r1", f(1), i64::MIN)]),
+        ),
     ];
     for (what, fields) in &refused {
         let payload = base.seal(&fields.body());
@@ -1181,11 +1218,11 @@ fn forged_holder_records_get_an_exact_answer() {
         ),
         (
             "every lease ended",
-            sem(3, vec![hold(b"r1", f(1), -1), hold(b"r2", f(2), i64::MIN)]),
+            sem(3, vec![hold(b"r1", f(1), 0), hold(b"r2", f(2), now - 1)]),
         ),
         (
-            "lease until the end of time",
-            shared(vec![hold(b"r1", f(1), i64::MAX)]),
+            "lease ending a day before the bound",
+            shared(vec![hold(b"r1", f(1), now + MAX_TTL_MS - DAY_MS)]),
         ),
         (
             "fence 23 hours ahead",
@@ -1435,7 +1472,14 @@ fn structured_holders(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
         fence_at(65, now),
         rng.gen::<u64>() >> 1,
     ];
-    let leases = [-1, 0, i64::MIN, i64::MAX, now - 60_000];
+    let leases = [
+        -1,
+        0,
+        i64::MIN,
+        i64::MAX,
+        now - 60_000,
+        now + MAX_TTL_MS + DAY_MS,
+    ];
     let token_lens = [0usize, 1, 2, MAX_TOKEN, MAX_TOKEN + 1];
     let n = rng.gen_range(0..=4u64);
     let mut holds: Vec<Hold> = (0..n)
@@ -1658,5 +1702,34 @@ fn replicas_full_sync_locks_with_diskless_load() {
         }
         let crashes = replica.crash_lines();
         assert!(crashes.is_empty(), "{mode}: {}", crashes.join("\n"));
+    }
+}
+
+#[test]
+fn a_restored_key_with_holders_has_its_latest_lease_as_ttl() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    for (token, px) in [("a", 50_000), ("b", 90_000), ("c", 70_000)] {
+        ok(
+            &mut c,
+            &rcmd!("LOCK.ACQUIRE", "s", token, "PX", px, "SHARED"),
+        );
+    }
+    let latest = pexpiretime(&mut c, "s");
+    let payload = as_bytes(&ok(&mut c, &rcmd!("DUMP", "s")));
+    // No TTL, a shorter one, a longer one: the key's TTL is the latest lease whatever RESTORE
+    // was given, on the master and on its replica (which runs the same RESTORE).
+    for (key, ttl) in [("none", 0), ("shorter", 5_000), ("longer", 3_600_000)] {
+        assert_eq!(
+            ok(&mut c, &rcmd!("RESTORE", key, ttl, &payload)),
+            Value::Okay
+        );
+        assert_eq!(pexpiretime(&mut c, key), latest, "RESTORE {key} {ttl}");
+    }
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    for key in ["none", "shorter", "longer"] {
+        assert_eq!(pexpiretime(&mut rc, key), latest, "replica: {key}");
     }
 }

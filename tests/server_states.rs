@@ -100,7 +100,10 @@ fn paused_handoff(trigger: Trigger, pause: &str, aof: bool) {
             &[&["LOCK.EXTEND", "k", "holder", "PX", "150"], pause_cmd],
         ),
         Trigger::Del => pipeline(&m, &[&["DEL", "k"], pause_cmd]),
-        Trigger::Flushall => pipeline(&m, &[&["FLUSHALL"], pause_cmd]),
+        // ASYNC: from Redis 7.4 on, a plain (synchronous) FLUSHALL blocks its client while the
+        // data is freed in the background, so a pause pipelined after it only begins once the
+        // event loop (and with it the handoff, legitimately) has run.
+        Trigger::Flushall => pipeline(&m, &[&["FLUSHALL", "ASYNC"], pause_cmd]),
     };
     // Until shortly before the pause ends (and well after the lease ended), nothing is granted.
     let quiet = Duration::from_millis(pause_ms - 250).saturating_sub(paused_at.elapsed());

@@ -48,6 +48,8 @@ pub enum LockError {
     StaleFence(u64, u64),
     /// A command that cannot run inside `LOCK.CALL` / `LOCK.FENCE`.
     CannotCall(String),
+    /// The server could not pass the inner command's reply on.
+    ReplyNotForwarded(String),
     /// The inner command, or one of its keys, is not allowed for the user.
     NoPermission(String),
     /// A key of the inner command outside the lock's (or gate's) slot.
@@ -63,6 +65,9 @@ pub enum LockError {
     KindMismatch(crate::core::grant::KeyKind),
     /// The token holds the key in another mode.
     OtherMode,
+    /// `EPHEMERAL` where no client connection runs the command (a script,
+    /// a function, a module's call): nothing could ever release the hold.
+    EphemeralWithoutConnection,
     /// An internal effect of a version this module does not know.
     EffectVersion(u64),
     /// A bug in the module: a panic was caught before it could reach Redis.
@@ -93,6 +98,7 @@ impl fmt::Display for LockError {
             NotOwner => f.write_str("NOTOWNER the lock is not held by this token"),
             StaleFence(fence, highest) => write!(f, "STALEFENCE fence {fence} is older than {highest}"),
             CannotCall(cmd) => write!(f, "ERR '{cmd}' cannot run inside LOCK.CALL or LOCK.FENCE"),
+            ReplyNotForwarded(cmd) => write!(f, "ERR the reply of '{cmd}' could not be passed on by LOCK.CALL or LOCK.FENCE"),
             NoPermission(cmd) => write!(f, "NOPERM this user has no permissions to run the '{cmd}' command or to access one of its keys"),
             CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
@@ -102,6 +108,7 @@ impl fmt::Display for LockError {
             KindMismatch(crate::core::grant::KeyKind::ReadWrite) => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
             KindMismatch(crate::core::grant::KeyKind::Semaphore { limit }) => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
             OtherMode => f.write_str("ERR this token already holds the key in another mode: release it first"),
+            EphemeralWithoutConnection => f.write_str("ERR EPHEMERAL binds a hold to the client connection, and this call has none (a script, a function or a module's call): acquire without EPHEMERAL"),
             EffectVersion(v) => write!(f, "ERR LOCK._HOLD effect version {v} is not understood by this redislock (it knows version {}): upgrade this server's module", crate::core::args::HOLD_EFFECT_VERSION),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
@@ -137,6 +144,8 @@ mod tests {
             LockError::KindMismatch(crate::core::grant::KeyKind::Semaphore { limit: 3 }),
             LockError::OtherMode,
             LockError::EffectVersion(2),
+            LockError::EphemeralWithoutConnection,
+            LockError::ReplyNotForwarded("getdel".into()),
             LockError::Internal,
         ];
         for e in all {

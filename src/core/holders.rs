@@ -72,6 +72,9 @@ pub enum HoldersError {
     DuplicateFence,
     OverLimit,
     Empty,
+    /// A lease end before the Unix epoch, or later than a lease granted now
+    /// with the longest TTL could end.
+    BadLeaseEnd,
 }
 
 impl Holders {
@@ -224,10 +227,12 @@ impl Holders {
     }
 
     /// Rebuilds holds read back from storage, refusing anything the module
-    /// could not have written.
+    /// could not have written: among that, a lease end after `latest_end`
+    /// (now plus the longest TTL), which would make a hold that never ends.
     pub fn from_stored(
         kind: Kind,
         stored: impl IntoIterator<Item = (Vec<u8>, Hold)>,
+        latest_end: i64,
     ) -> Result<Holders, HoldersError> {
         let mut holders = Holders::new(kind);
         let mut fences = std::collections::HashSet::new();
@@ -237,6 +242,9 @@ impl Holders {
             }
             if !fence::is_valid(hold.fence) {
                 return Err(HoldersError::BadFence);
+            }
+            if !(0..=latest_end).contains(&hold.expire_at) {
+                return Err(HoldersError::BadLeaseEnd);
             }
             if holders.by_token.contains_key(&token[..]) {
                 return Err(HoldersError::DuplicateToken);
@@ -314,8 +322,12 @@ mod tests {
     fn loading_refuses_what_could_not_be_written() {
         let sem = Kind::Semaphore { limit: 2 };
         let load = |kind, holds: &[(&[u8], u64)]| {
-            Holders::from_stored(kind, holds.iter().map(|(t, f)| (t.to_vec(), hold(*f, 9))))
-                .map(|h| h.len())
+            Holders::from_stored(
+                kind,
+                holds.iter().map(|(t, f)| (t.to_vec(), hold(*f, 9))),
+                9,
+            )
+            .map(|h| h.len())
         };
         assert_eq!(load(sem, &[]), Err(HoldersError::Empty));
         assert_eq!(load(sem, &[(b"", 1)]), Err(HoldersError::BadToken));
@@ -347,6 +359,14 @@ mod tests {
             limit: MAX_LIMIT + 1,
         };
         assert_eq!(load(over, &[(b"a", 1)]), Err(HoldersError::BadLimit));
+        let ending = |at: i64| {
+            Holders::from_stored(Kind::Shared, [(b"a".to_vec(), hold(1, at))], 100).map(|h| h.len())
+        };
+        assert_eq!(ending(100), Ok(1));
+        assert_eq!(ending(0), Ok(1));
+        assert_eq!(ending(101), Err(HoldersError::BadLeaseEnd));
+        assert_eq!(ending(i64::MAX), Err(HoldersError::BadLeaseEnd));
+        assert_eq!(ending(-1), Err(HoldersError::BadLeaseEnd));
     }
 
     #[test]

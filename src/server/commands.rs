@@ -57,6 +57,13 @@ pub fn acquire(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_acquire(argv)?;
     let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
+    let bind_to = match req.ephemeral {
+        false => None,
+        true => match ffi::client_id(ctx) {
+            id if ffi::is_connection(id) && !ffi::in_script(ctx) => Some(id),
+            _ => return Err(LockError::EphemeralWithoutConnection),
+        },
+    };
     // Checked before the key is looked at: a TTL that overflows once added
     // to the clock is an argument error, whoever holds the lock.
     let now = ffi::now_ms();
@@ -90,7 +97,6 @@ pub fn acquire(call: &Call) -> Reply {
         key = LockKey::open(ctx, name, true);
         decision = decide(&key, waiting::count(ctx, name) > 0)?;
     }
-    let bind_to = req.ephemeral.then(|| ffi::client_id(ctx));
     let fence = match decision {
         Decision::Mismatch(kind) => return Err(LockError::KindMismatch(kind)),
         Decision::OtherMode => return Err(LockError::OtherMode),

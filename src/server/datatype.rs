@@ -8,6 +8,7 @@ use redis_module::raw;
 
 use crate::core::fence::{self, FenceClock};
 use crate::core::holders::{Hold, Holders, Kind};
+use crate::core::limits;
 use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
 use crate::core::record::{Record, Stored};
 use crate::server::scheduler::{self, Job};
@@ -98,7 +99,9 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
         let token = raw::load_string_buffer(rdb).ok()?;
         holds.push((token.as_ref().to_vec(), Hold { fence, expire_at }));
     }
-    Holders::from_stored(kind, holds).ok()
+    // No hold may end later than one granted now with the longest TTL.
+    let latest_end = ffi::now_ms().saturating_add(limits::MAX_TTL_MS as i64);
+    Holders::from_stored(kind, holds, latest_end).ok()
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {

@@ -101,7 +101,12 @@ fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
     {
         let inner = &call.raw_args()[at..];
         let home = slot::key_slot(call.argv[1]);
-        let keys = ffi::command_keys(call.ctx, inner);
+        let mut keys = ffi::command_keys(call.ctx, inner);
+        // A shard channel lives in a slot like a key, but Redis's key specs
+        // do not count it as one.
+        if command.eq_ignore_ascii_case(b"spublish") {
+            keys.push(1);
+        }
         if keys
             .iter()
             .filter_map(|&p| call.argv.get(at + p))
@@ -162,7 +167,9 @@ fn run(call: &Call, at: usize) -> Result<bool, LockError> {
     {
         return Err(LockError::NoPermission(printable(call.argv[at])));
     }
-    reply.forward(call.ctx);
+    if !reply.forward(call.ctx) {
+        return Err(LockError::ReplyNotForwarded(printable(call.argv[at])));
+    }
     Ok(!reply.is_error())
 }
 

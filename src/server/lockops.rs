@@ -256,3 +256,15 @@ pub fn tend(ctx: &Context, id: &LockId) {
     }
     waiting::serve(ctx, &name);
 }
+
+/// Gives a restored key with holders its latest lease as its TTL. Not
+/// propagated: replicas and the AOF run the same `RESTORE`, and do the same.
+pub fn fit_restored_ttl(ctx: &Context, name: &RedisString) {
+    let mut key = LockKey::open(ctx, name, true);
+    let Some(latest) = key.holders().and_then(Holders::latest) else {
+        return;
+    };
+    if key.expire_at() != Some(latest) {
+        key.set_expire_at(latest);
+    }
+}

@@ -10,8 +10,14 @@ use redis_module::{raw, Context};
 /// refuses what cannot run inside another command (MULTI, WATCH,
 /// subscriptions, blocking commands) and writes without enough good
 /// replicas; `M` refuse for memory like a client's command; `E` errors as
-/// replies; `!` replicate the effects.
-const CALL_FLAGS: &std::ffi::CStr = c"vCSME!";
+/// replies; `!` replicate the effects; `0` the reply in the calling
+/// client's protocol (RESP2 or RESP3), so that forwarding it gives the
+/// caller what it would get sending the command itself.
+const CALL_FLAGS: &std::ffi::CStr = c"vCSME!0";
+
+/// Flags of the call that collects a reply left behind (see [`call`]): the
+/// caller's protocol and errors as replies; no ACL, nothing replicated.
+const DRAIN_FLAGS: &std::ffi::CStr = c"E0";
 
 /// The reply of a command run with [`call`], freed on drop.
 pub struct CallReply {
@@ -34,6 +40,22 @@ impl CallReply {
         }
     }
 
+    /// The text of a simple-string reply; `None` for any other reply.
+    fn simple_text(&self) -> Option<&[u8]> {
+        let mut len = 0usize;
+        // SAFETY: `ptr` is a live reply; Redis returns its text and length,
+        // valid while the reply lives.
+        unsafe {
+            if raw::RedisModule_CallReplyType.unwrap()(self.ptr)
+                != raw::REDISMODULE_REPLY_STRING as c_int
+            {
+                return None;
+            }
+            let p = raw::RedisModule_CallReplyStringPtr.unwrap()(self.ptr, &mut len);
+            (!p.is_null()).then(|| std::slice::from_raw_parts(p.cast::<u8>(), len))
+        }
+    }
+
     /// Whether the command answered an error (or could not run).
     pub fn is_error(&self) -> bool {
         // SAFETY: `ptr` is a live reply.
@@ -42,14 +64,35 @@ impl CallReply {
                 == raw::REDISMODULE_REPLY_ERROR as c_int
     }
 
-    /// Sends this reply, as it is, as the reply of the current command.
-    pub fn forward(&self, ctx: &Context) {
+    /// Whether Redis gave a reply without any content (no type, no bytes).
+    fn is_empty(&self) -> bool {
+        let mut len = 0usize;
+        // SAFETY: `ptr` is a live reply; Redis returns its protocol bytes and
+        // their length, valid while the reply lives.
+        unsafe {
+            raw::RedisModule_CallReplyType.unwrap()(self.ptr)
+                == raw::REDISMODULE_REPLY_UNKNOWN as c_int
+                && (raw::RedisModule_CallReplyProto.unwrap()(self.ptr, &mut len).is_null()
+                    || len == 0)
+        }
+    }
+
+    /// Sends this reply, as it is, as the reply of the current command;
+    /// false if Redis could not, and sent nothing: the caller must then
+    /// answer something else, or the client would take the next reply for
+    /// this one.
+    #[must_use]
+    pub fn forward(&self, ctx: &Context) -> bool {
         if self.ptr.is_null() {
             raw::reply_with_null(ctx.ctx);
-            return;
+            return true;
+        }
+        if self.is_empty() {
+            return false;
         }
         // SAFETY: `ptr` is a live reply of a call made in this context.
-        unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx.ctx, self.ptr) };
+        let status = unsafe { raw::RedisModule_ReplyWithCallReply.unwrap()(ctx.ctx, self.ptr) };
+        status == raw::REDISMODULE_OK as c_int
     }
 }
 
@@ -65,20 +108,37 @@ impl Drop for CallReply {
 
 /// Runs `args[0]` with the rest as its arguments; `None` if Redis could not
 /// run it at all (an unknown command, say) without producing a reply.
+///
+/// Valkey 8.1 and 9.1 answer some failing commands (`GETDEL` or `GETSET` of
+/// a key of another type) with an empty reply and leave their real reply in
+/// the module's call client, where the next call of any module would pick
+/// it up as its own. A `PING` then collects it: its answer is the reply
+/// left behind, or `PONG` if there was none (the reply stays empty).
 pub fn call(ctx: &Context, args: &[*mut raw::RedisModuleString]) -> Option<CallReply> {
+    let reply = call_with(ctx, args, CALL_FLAGS)?;
+    if !reply.is_empty() {
+        return Some(reply);
+    }
+    // SAFETY: `ctx` is a command's context; the format takes no arguments.
+    let ptr =
+        unsafe { raw::RedisModule_Call.unwrap()(ctx.ctx, c"PING".as_ptr(), DRAIN_FLAGS.as_ptr()) };
+    let left = (!ptr.is_null()).then_some(CallReply { ptr, ctx: ctx.ctx })?;
+    let pong = left.simple_text().is_some_and(|t| t == b"PONG");
+    Some(if pong || left.is_empty() { reply } else { left })
+}
+
+fn call_with(
+    ctx: &Context,
+    args: &[*mut raw::RedisModuleString],
+    flags: &std::ffi::CStr,
+) -> Option<CallReply> {
     let (name, rest) = args.split_first()?;
     // SAFETY: `ctx` is a command's context; `name` and `rest` are strings of
     // the current command, alive for the call; the format "v" takes an array
     // of strings and its length.
     let ptr = unsafe {
         let name = raw::RedisModule_StringPtrLen.unwrap()(*name, std::ptr::null_mut());
-        raw::RedisModule_Call.unwrap()(
-            ctx.ctx,
-            name,
-            CALL_FLAGS.as_ptr(),
-            rest.as_ptr(),
-            rest.len(),
-        )
+        raw::RedisModule_Call.unwrap()(ctx.ctx, name, flags.as_ptr(), rest.as_ptr(), rest.len())
     };
     (!ptr.is_null()).then_some(CallReply { ptr, ctx: ctx.ctx })
 }
@@ -113,4 +173,23 @@ pub fn command_keys(ctx: &Context, args: &[*mut raw::RedisModuleString]) -> Vec<
 pub fn client_id(ctx: &Context) -> u64 {
     // SAFETY: `ctx` is a command's context.
     unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) }
+}
+
+/// Whether the current command runs inside a script or a function (the
+/// context flag Redis sets for both; Valkey 9's script engine runs on a
+/// client that is otherwise a connection's).
+pub fn in_script(ctx: &Context) -> bool {
+    ctx.get_flags().contains(redis_module::ContextFlags::LUA)
+}
+
+/// Whether client `id` is a connection Redis knows. Script engines,
+/// functions and modules' calls run commands on internal clients that no
+/// connection stands behind: nothing would ever tell us they closed.
+pub fn is_connection(id: u64) -> bool {
+    // SAFETY: a null `ci` asks only whether the client exists; Redis looks the
+    // id up in its table of connected clients.
+    unsafe {
+        raw::RedisModule_GetClientInfoById.unwrap()(std::ptr::null_mut(), id)
+            == raw::REDISMODULE_OK as c_int
+    }
 }
