@@ -139,9 +139,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // what a server could have issued would use up the fences of every
         // key, so it is refused (and logged). The server's own data and its
         // master's are taken as they are.
-        if !ffi::io_is_trusted(rdb)
-            && !state::with_clock(|c| c.admits_restored(fence, ffi::now_ms()))
-        {
+        let trusted = ffi::io_is_trusted(rdb);
+        if !trusted && !state::with_clock(|c| c.admits_restored(fence, ffi::now_ms())) {
             ffi::log_io_warning(
                 rdb,
                 &format!(
@@ -155,9 +154,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         // A restored or loaded lock raises the floor for new fences.
         state::with_clock(|c| c.observe(fence));
-        // Holders' leases end on their own: watch the first one.
+        // Holders' leases end on their own: watch the first one. A client's
+        // RESTORE is looked at once, for the key's TTL (see `lockops::tend`).
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
             if let (Some(at), Some(ctx)) = (holders.look_needed(), state::detached_context()) {
+                let at = if trusted { at } else { ffi::now_ms() };
                 scheduler::at(&ctx, Job::Leases(id), at);
             }
         }

@@ -1,14 +1,13 @@
 //! Server events: promotion, which moves the fence clock to a new epoch;
 //! demotion, which ends every wait; and flushes and SWAPDB, which free or
-//! move locks without any per-key event. And one key event, `restore`,
-//! after which a key with holders gets its latest lease as its TTL.
+//! move locks without any per-key event.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::c_void;
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{raw, Context};
 
 use crate::server::scheduler::{self, Job};
-use crate::server::{ffi, guard, lockops, state, waiting};
+use crate::server::{ffi, guard, state, waiting};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
@@ -18,27 +17,6 @@ pub fn subscribe(ctx: &Context) -> bool {
         on_role_changed,
     ) && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb)
-        && ffi::subscribe_key_events(ctx, redis_module::NotifyEvent::GENERIC, on_generic)
-}
-
-/// `RESTORE` sets the TTL it was given (none with 0), but the TTL of a key
-/// with holders is its latest lease. Fixed here, on the master, its replicas
-/// and in AOF replay alike, since each runs the same `RESTORE`.
-unsafe extern "C" fn on_generic(
-    ctx: *mut raw::RedisModuleCtx,
-    _class: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard::callback((), || {
-        // SAFETY: Redis passes the event name as a C string.
-        if unsafe { CStr::from_ptr(event) }.to_bytes() == b"restore" {
-            let ctx = Context::new(ctx);
-            let name = ctx.create_string(RedisString::string_as_slice(key));
-            lockops::fit_restored_ttl(&ctx, &name);
-        }
-    });
-    raw::REDISMODULE_OK as c_int
 }
 
 /// A promoted replica may have missed its old master's last grants, and the

@@ -244,7 +244,15 @@ pub fn tend(ctx: &Context, id: &LockId) {
     }
     let name = ctx.create_string(id.1.as_slice());
     let key = LockKey::open(ctx, &name, true);
-    let key = end_leases(ctx, &name, key);
+    let mut key = end_leases(ctx, &name, key);
+    // A key with holders has its latest lease as its TTL, whatever TTL a
+    // `RESTORE` gave it: set here (the restore looks at once) and replicated.
+    if let Some(latest) = key.holders().and_then(Holders::latest) {
+        if key.expire_at() != Some(latest) {
+            key.set_expire_at(latest);
+            ffi::replicate_expire_at(ctx, &name, latest);
+        }
+    }
     // Still holding: watch the next lease to end (this look is used up).
     let look = key.holders().and_then(|h| {
         h.set_watched(None);
@@ -255,16 +263,4 @@ pub fn tend(ctx: &Context, id: &LockId) {
         scheduler::at(ctx, Job::Leases(id.clone()), at);
     }
     waiting::serve(ctx, &name);
-}
-
-/// Gives a restored key with holders its latest lease as its TTL. Not
-/// propagated: replicas and the AOF run the same `RESTORE`, and do the same.
-pub fn fit_restored_ttl(ctx: &Context, name: &RedisString) {
-    let mut key = LockKey::open(ctx, name, true);
-    let Some(latest) = key.holders().and_then(Holders::latest) else {
-        return;
-    };
-    if key.expire_at() != Some(latest) {
-        key.set_expire_at(latest);
-    }
 }

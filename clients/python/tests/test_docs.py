@@ -325,6 +325,19 @@ def match_line(doc: str, real: str, ttl: bool, bindings: Bindings, where: str) -
     return True
 
 
+def without_builtin_modules(command: List[str], reply: Any) -> Any:
+    """MODULE LIST with only this module: the manual does not show the modules newer servers
+    carry inside themselves (Redis 8's vectorset, Valkey 9's lua)."""
+    if [a.upper() for a in command] != ["MODULE", "LIST"] or not isinstance(reply, list):
+        return reply
+
+    def name(entry: Any) -> Any:
+        fields = dict(zip(entry[::2], entry[1::2])) if isinstance(entry, list) else entry
+        return fields.get(b"name", fields.get("name")) if isinstance(fields, dict) else None
+
+    return [entry for entry in reply if name(entry) in (b"redislock", "redislock")]
+
+
 def compare(expected: List[str], command: List[str], reply: Any, bindings: Bindings, where: str) -> None:
     got = [line.rstrip() for line in render(command, reply)]
     expected = [line.rstrip() for line in expected]
@@ -428,7 +441,7 @@ class Replay:
                     conn.waiting = True
                     self.wait_blocked(kind, name)
                     continue
-                compare(expected, args, conn.read(), self.bindings, block.where)
+                compare(expected, args, without_builtin_modules(args, conn.read()), self.bindings, block.where)
         finally:
             if resp3:
                 for name in used:
