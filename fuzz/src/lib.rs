@@ -11,9 +11,8 @@
 //! - `fence`: the fence clock, under any sequence of grants, observations, merges and epoch
 //!   changes, never issues a fence that is not above every fence issued or observed before.
 
-use redislock::core::args::{
-    parse_acquire, parse_apply, parse_epoch, parse_extend, parse_info, parse_release,
-};
+use redislock::core::args::{parse_acquire, parse_extend, parse_info, parse_release};
+use redislock::core::effects::{parse_apply, parse_epoch};
 use redislock::core::errors::LockError;
 use redislock::core::fence::{self, FenceClock, EPOCH_SHIFT, MAX_EPOCH, MAX_FENCE};
 use redislock::core::lock::{

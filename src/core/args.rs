@@ -1,15 +1,16 @@
-//! Parsing command arguments into typed requests.
+//! Parsing the arguments of the client commands into typed requests.
 //!
 //! Functions take the whole argument vector (`argv[0]` is the command name),
 //! as a slice of anything that derefs to bytes, so they run the same on Redis strings and in
-//! tests. Options are case-insensitive and may come in any order.
+//! tests. Options are case-insensitive and may come in any order. The internal effects that
+//! replicas and the AOF replay are parsed in `effects`.
 
 use std::ops::Deref;
 
 use super::errors::LockError;
 use super::grant::Want;
-use super::holders::{Kind, MAX_LIMIT};
-use super::limits::{MAX_BLOCK_MS, MAX_TTL_MS};
+use super::limits::{MAX_BLOCK_MS, MAX_LIMIT, MAX_TTL_MS};
+use super::numbers::{parse_i64, parse_non_negative};
 use super::token::TokenArg;
 
 /// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms]`
@@ -50,17 +51,6 @@ pub struct Release<'a> {
 pub struct Extend<'a> {
     pub token: &'a [u8],
     pub ttl_ms: u64,
-}
-
-/// The internal effect `LOCK._APPLY key token fence [unix-ms]` that replicas
-/// and the AOF replay to rebuild a grant exactly.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Apply<'a> {
-    pub token: &'a [u8],
-    pub fence: u64,
-    /// Absolute expiry in Unix milliseconds; `None` when a following
-    /// `PEXPIREAT` sets it (AOF rewrite).
-    pub expire_at_ms: Option<i64>,
 }
 
 pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>, LockError> {
@@ -121,67 +111,11 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
     })
 }
 
-fn parse_limit(raw: &[u8]) -> Result<u32, LockError> {
+pub(super) fn parse_limit(raw: &[u8]) -> Result<u32, LockError> {
     parse_non_negative(raw)
         .filter(|n| (1..=MAX_LIMIT as u64).contains(n))
         .map(|n| n as u32)
         .ok_or(LockError::InvalidLimit)
-}
-
-/// The version of the `LOCK._HOLD` effect this module writes and reads.
-pub const HOLD_EFFECT_VERSION: u64 = 1;
-
-/// The internal effect on one holder of a shared lock or semaphore, replayed
-/// by replicas and the AOF:
-/// `LOCK._HOLD key 1 GRANT (SHARED 0 | LIMIT count) token fence unix-ms`
-/// (a new hold, a re-grant or an extend: the hold is set to exactly this),
-/// or `LOCK._HOLD key 1 END token` (released, revoked or lease ended).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HoldEffect<'a> {
-    Grant {
-        kind: Kind,
-        token: &'a [u8],
-        fence: u64,
-        expire_at_ms: i64,
-    },
-    End {
-        token: &'a [u8],
-    },
-}
-
-pub fn parse_hold<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<HoldEffect<'_>, LockError> {
-    if argv.len() < 3 {
-        return Err(LockError::Arity("lock._hold"));
-    }
-    // A newer module's effects are refused, never guessed at.
-    let version = parse_non_negative(&argv[2]).ok_or(LockError::EffectVersion(0))?;
-    if version != HOLD_EFFECT_VERSION {
-        return Err(LockError::EffectVersion(version));
-    }
-    let op = argv.get(3).map(|a| &**a).unwrap_or_default();
-    if op.eq_ignore_ascii_case(b"END") && argv.len() == 5 {
-        return Ok(HoldEffect::End {
-            token: given_token(&argv[4])?,
-        });
-    }
-    if !op.eq_ignore_ascii_case(b"GRANT") || argv.len() != 9 {
-        return Err(LockError::Arity("lock._hold"));
-    }
-    let kind = if argv[4].eq_ignore_ascii_case(b"SHARED") {
-        Kind::Shared
-    } else if argv[4].eq_ignore_ascii_case(b"LIMIT") {
-        Kind::Semaphore {
-            limit: parse_limit(&argv[5])?,
-        }
-    } else {
-        return Err(unknown(&argv[4]));
-    };
-    Ok(HoldEffect::Grant {
-        kind,
-        token: given_token(&argv[6])?,
-        fence: parse_fence_value(&argv[7])?,
-        expire_at_ms: parse_i64(&argv[8]).ok_or(LockError::InvalidTtl)?,
-    })
 }
 
 pub fn parse_call<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Call<'_>, LockError> {
@@ -204,16 +138,7 @@ pub fn parse_fence<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Fence, LockErr
     })
 }
 
-/// `LOCK._GATE gate fence`: a gate's new highest fence, replayed by replicas
-/// and the AOF.
-pub fn parse_gate_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<u64, LockError> {
-    if argv.len() != 3 {
-        return Err(LockError::Arity("lock._gate"));
-    }
-    parse_fence_value(&argv[2])
-}
-
-fn parse_fence_value(raw: &[u8]) -> Result<u64, LockError> {
+pub(super) fn parse_fence_value(raw: &[u8]) -> Result<u64, LockError> {
     parse_i64(raw)
         .filter(|&f| f > 0)
         .map(|f| f as u64)
@@ -254,40 +179,15 @@ pub fn parse_info<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<(), LockError> 
     Ok(())
 }
 
-pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, LockError> {
-    if !(4..=5).contains(&argv.len()) {
-        return Err(LockError::Arity("lock._apply"));
-    }
-    let token = given_token(&argv[2])?;
-    let fence = parse_fence_value(&argv[3])?;
-    let expire_at_ms = match argv.get(4) {
-        Some(v) => Some(parse_i64(v).ok_or(LockError::InvalidTtl)?),
-        None => None,
-    };
-    Ok(Apply {
-        token,
-        fence,
-        expire_at_ms,
-    })
-}
-
-/// `LOCK._EPOCH epoch`: the fence epoch a promoted master reached.
-pub fn parse_epoch<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<u64, LockError> {
-    if argv.len() != 2 {
-        return Err(LockError::Arity("lock._epoch"));
-    }
-    parse_non_negative(&argv[1]).ok_or(LockError::InvalidEpoch)
-}
-
 /// A token that must be given literally (release, extend): `*` is just a byte.
-fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
+pub(super) fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
     match TokenArg::parse(raw) {
         Some(_) => Ok(raw),
         None => Err(LockError::InvalidToken),
     }
 }
 
-fn unknown(name: &[u8]) -> LockError {
+pub(super) fn unknown(name: &[u8]) -> LockError {
     const SHOWN: usize = 64;
     let shown = &name[..name.len().min(SHOWN)];
     // Keep the error a single printable ASCII line whatever the client sent.
@@ -345,38 +245,6 @@ impl TtlOption {
     }
 }
 
-/// Strict decimal like Redis's own parser: optional `-`, no `+`, no leading
-/// zeros, no spaces, no overflow.
-pub fn parse_i64(raw: &[u8]) -> Option<i64> {
-    let digits = raw.strip_prefix(b"-").unwrap_or(raw);
-    let leading_zero = digits.len() > 1 && digits[0] == b'0';
-    if digits.is_empty() || leading_zero || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    if raw == b"-0" {
-        return None;
-    }
-    std::str::from_utf8(raw).ok()?.parse().ok()
-}
-
-/// `n` in decimal, written to the end of `buf` (no allocation: this runs
-/// on every replicated grant).
-pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
-}
-
-fn parse_non_negative(raw: &[u8]) -> Option<u64> {
-    parse_i64(raw).filter(|&v| v >= 0).map(|v| v as u64)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,60 +288,6 @@ mod tests {
             acq(&["SHARED", "EPHEMERAL", "BLOCK", "5"]),
             Ok(Want::Shared)
         );
-    }
-
-    #[test]
-    fn hold_effects() {
-        let hold = |args: &[&str]| {
-            let mut argv: Vec<&[u8]> = vec![b"LOCK._HOLD", b"k"];
-            argv.extend(args.iter().map(|s| s.as_bytes()));
-            let r = parse_hold(&argv).map(|e| format!("{e:?}"));
-            r
-        };
-        let grant = |kind, token: &[u8], fence, expire_at_ms| {
-            Ok(format!(
-                "{:?}",
-                HoldEffect::Grant {
-                    kind,
-                    token,
-                    fence,
-                    expire_at_ms
-                }
-            ))
-        };
-        assert_eq!(
-            hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000"]),
-            grant(Kind::Shared, b"t", 7, 1000)
-        );
-        assert_eq!(
-            hold(&["1", "grant", "LIMIT", "3", "t", "7", "1000"]),
-            grant(Kind::Semaphore { limit: 3 }, b"t", 7, 1000)
-        );
-        assert_eq!(
-            hold(&["1", "END", "t"]),
-            Ok(format!("{:?}", HoldEffect::End { token: b"t" }))
-        );
-        assert_eq!(hold(&["2", "END", "t"]), Err(LockError::EffectVersion(2)));
-        assert_eq!(hold(&["x", "END", "t"]), Err(LockError::EffectVersion(0)));
-        assert_eq!(hold(&["1", "END"]), Err(LockError::Arity("lock._hold")));
-        assert_eq!(hold(&["1"]), Err(LockError::Arity("lock._hold")));
-        assert_eq!(hold(&[]), Err(LockError::Arity("lock._hold")));
-        assert_eq!(
-            hold(&["1", "GRANT", "LIMIT", "0", "t", "7", "1"]),
-            Err(LockError::InvalidLimit)
-        );
-        assert_eq!(
-            hold(&["1", "GRANT", "SHARED", "0", "t", "0", "1"]),
-            Err(LockError::InvalidFence)
-        );
-        assert_eq!(
-            hold(&["1", "GRANT", "SHARED", "0", "", "1", "1"]),
-            Err(LockError::InvalidToken)
-        );
-        assert!(matches!(
-            hold(&["1", "GRANT", "OTHER", "0", "t", "1", "1"]),
-            Err(LockError::UnknownOption(_))
-        ));
     }
 
     fn argv(s: &str) -> Vec<Vec<u8>> {
@@ -539,7 +353,6 @@ mod tests {
             let f = argv(&format!("lock.fence g {bad} GET x"));
             assert_eq!(parse_fence(&f), Err(LockError::InvalidFence), "{bad}");
         }
-        assert_eq!(parse_gate_apply(&argv("lock._gate g 9")), Ok(9));
         // The shortest calls: a command without arguments.
         assert!(parse_call(&argv("lock.call k tok PING")).is_ok());
         assert!(parse_fence(&argv("lock.fence g 1 PING")).is_ok());
@@ -665,68 +478,6 @@ mod tests {
             parse_info(&argv("lock.info k x")),
             Err(LockError::Arity("lock.info"))
         );
-    }
-
-    #[test]
-    fn apply() {
-        assert_eq!(
-            parse_apply(&argv("lock._apply k t 7 1700000000000")),
-            Ok(Apply {
-                token: b"t",
-                fence: 7,
-                expire_at_ms: Some(1_700_000_000_000)
-            })
-        );
-        assert_eq!(
-            parse_apply(&argv("lock._apply k t 7")),
-            Ok(Apply {
-                token: b"t",
-                fence: 7,
-                expire_at_ms: None
-            })
-        );
-        assert_eq!(
-            parse_apply(&argv("lock._apply k t 0")),
-            Err(LockError::InvalidFence)
-        );
-        assert!(parse_apply(&argv("lock._apply k t")).is_err());
-        assert_eq!(parse_epoch(&argv("lock._epoch 3")), Ok(3));
-        assert_eq!(
-            parse_epoch(&argv("lock._epoch -3")),
-            Err(LockError::InvalidEpoch)
-        );
-        assert_eq!(
-            parse_epoch(&argv("lock._epoch")),
-            Err(LockError::Arity("lock._epoch"))
-        );
-    }
-
-    #[test]
-    fn integers_are_strict() {
-        assert_eq!(parse_i64(b"0"), Some(0));
-        assert_eq!(parse_i64(b"-12"), Some(-12));
-        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [
-            &b""[..],
-            b"-",
-            b"+1",
-            b"01",
-            b"-0",
-            b" 1",
-            b"1 ",
-            b"1e3",
-            b"9223372036854775808",
-        ] {
-            assert_eq!(parse_i64(bad), None, "{:?}", String::from_utf8_lossy(bad));
-        }
-    }
-
-    #[test]
-    fn decimal_formatting() {
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 1_700_000_000_000, u64::MAX] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
-        }
     }
 
     #[test]

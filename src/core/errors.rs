@@ -5,6 +5,12 @@
 
 use std::fmt;
 
+// The one part of the core this file uses: the bounds the texts name, from
+// a leaf that uses nothing.
+use crate::core::limits::{
+    HOLD_EFFECT_VERSION, MAX_BLOCK_MS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS,
+};
+
 /// A reason to refuse a command. Nothing has been changed when one is returned.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LockError {
@@ -61,8 +67,11 @@ pub enum LockError {
     SharedAndLimit,
     /// A `LIMIT` outside 1..=1,000,000.
     InvalidLimit,
-    /// A request that does not fit the key's kind: the key's kind.
-    KindMismatch(crate::core::grant::KeyKind),
+    /// A request that does not fit the key's kind: the key's semaphore
+    /// limit, or `None` for a read/write lock.
+    KindMismatch {
+        semaphore_limit: Option<u32>,
+    },
     /// The token holds the key in another mode.
     OtherMode,
     /// `EPHEMERAL` where no client connection runs the command (a script,
@@ -84,12 +93,12 @@ impl fmt::Display for LockError {
             MissingTtl => f.write_str("ERR a lock needs an expiry: give EX seconds or PX milliseconds"),
             DoubleTtl => f.write_str("ERR syntax error: EX and PX are mutually exclusive"),
             MissingValue(opt) => write!(f, "ERR syntax error: option {opt} needs a value"),
-            InvalidTtl => write!(f, "ERR invalid expire time: must be a positive integer of at most {} milliseconds", crate::core::limits::MAX_TTL_MS),
+            InvalidTtl => write!(f, "ERR invalid expire time: must be a positive integer of at most {} milliseconds", MAX_TTL_MS),
             TtlAboveLimit(max) => write!(f, "ERR TTL exceeds redislock.max-ttl ({max} ms)"),
-            InvalidBlock => write!(f, "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most {} milliseconds", crate::core::limits::MAX_BLOCK_MS),
+            InvalidBlock => write!(f, "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most {} milliseconds", MAX_BLOCK_MS),
             InvalidFence => f.write_str("ERR invalid fence: must be a positive integer"),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
-            InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", crate::core::token::MAX_TOKEN_LEN),
+            InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
             ReadOnly => f.write_str("READONLY You can't write against a read only replica."),
@@ -104,12 +113,12 @@ impl fmt::Display for LockError {
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
             SharedAndLimit => f.write_str("ERR syntax error: SHARED and LIMIT are mutually exclusive"),
-            InvalidLimit => write!(f, "ERR invalid LIMIT: must be an integer from 1 to {}", crate::core::holders::MAX_LIMIT),
-            KindMismatch(crate::core::grant::KeyKind::ReadWrite) => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
-            KindMismatch(crate::core::grant::KeyKind::Semaphore { limit }) => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
+            InvalidLimit => write!(f, "ERR invalid LIMIT: must be an integer from 1 to {}", MAX_LIMIT),
+            KindMismatch { semaphore_limit: None } => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
+            KindMismatch { semaphore_limit: Some(limit) } => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
             OtherMode => f.write_str("ERR this token already holds the key in another mode: release it first"),
             EphemeralWithoutConnection => f.write_str("ERR EPHEMERAL binds a hold to the client connection, and this call has none (a script, a function or a module's call): acquire without EPHEMERAL"),
-            EffectVersion(v) => write!(f, "ERR LOCK._HOLD effect version {v} is not understood by this redislock (it knows version {}): upgrade this server's module", crate::core::args::HOLD_EFFECT_VERSION),
+            EffectVersion(v) => write!(f, "ERR LOCK._HOLD effect version {v} is not understood by this redislock (it knows version {}): upgrade this server's module", HOLD_EFFECT_VERSION),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
     }
@@ -140,8 +149,12 @@ mod tests {
             LockError::InternalCommand,
             LockError::SharedAndLimit,
             LockError::InvalidLimit,
-            LockError::KindMismatch(crate::core::grant::KeyKind::ReadWrite),
-            LockError::KindMismatch(crate::core::grant::KeyKind::Semaphore { limit: 3 }),
+            LockError::KindMismatch {
+                semaphore_limit: None,
+            },
+            LockError::KindMismatch {
+                semaphore_limit: Some(3),
+            },
             LockError::OtherMode,
             LockError::EffectVersion(2),
             LockError::EphemeralWithoutConnection,

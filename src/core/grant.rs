@@ -5,6 +5,7 @@
 //! requests; this module answers what to grant, re-grant, refuse or leave
 //! waiting. It writes nothing.
 
+use super::errors::LockError;
 use super::holders::Kind;
 
 /// What a request asks for.
@@ -70,12 +71,24 @@ impl Occupancy {
 
 /// What the key's kind is, for an error that names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyKind {
+pub enum LockKind {
     /// Exclusive or shared holds.
     ReadWrite,
     Semaphore {
         limit: u32,
     },
+}
+
+impl LockKind {
+    /// The error for a request that does not fit a key of this kind.
+    pub fn mismatch(self) -> LockError {
+        LockError::KindMismatch {
+            semaphore_limit: match self {
+                LockKind::ReadWrite => None,
+                LockKind::Semaphore { limit } => Some(limit),
+            },
+        }
+    }
 }
 
 /// The answer to one request.
@@ -88,7 +101,7 @@ pub enum Decision {
     /// No room now: wait (or nil).
     Busy,
     /// The request does not fit the key's kind (or semaphore limit).
-    Mismatch(KeyKind),
+    Mismatch(LockKind),
     /// The token holds the key in another mode.
     OtherMode,
 }
@@ -100,12 +113,12 @@ pub type Holding = Option<Want>;
 pub fn decide(key: Occupancy, want: Want, holding: Holding) -> Decision {
     let kind = match key {
         Occupancy::Free => return Decision::Grant,
-        Occupancy::Exclusive | Occupancy::Shared => KeyKind::ReadWrite,
-        Occupancy::Semaphore { limit, .. } => KeyKind::Semaphore { limit },
+        Occupancy::Exclusive | Occupancy::Shared => LockKind::ReadWrite,
+        Occupancy::Semaphore { limit, .. } => LockKind::Semaphore { limit },
     };
     let fits_kind = match (kind, want) {
-        (KeyKind::ReadWrite, Want::Exclusive | Want::Shared) => true,
-        (KeyKind::Semaphore { limit }, Want::Place { limit: asked }) => limit == asked,
+        (LockKind::ReadWrite, Want::Exclusive | Want::Shared) => true,
+        (LockKind::Semaphore { limit }, Want::Place { limit: asked }) => limit == asked,
         _ => false,
     };
     if !fits_kind {
@@ -182,13 +195,13 @@ mod tests {
         assert_eq!(decide(shared, Exclusive, None), Busy);
         assert_eq!(decide(shared, Shared, Some(Shared)), Regrant);
         assert_eq!(decide(shared, Exclusive, Some(Shared)), OtherMode);
-        assert_eq!(decide(shared, SEM3, None), Mismatch(KeyKind::ReadWrite));
+        assert_eq!(decide(shared, SEM3, None), Mismatch(LockKind::ReadWrite));
         let excl = Occupancy::Exclusive;
         assert_eq!(decide(excl, Shared, None), Busy);
         assert_eq!(decide(excl, Exclusive, None), Busy);
         assert_eq!(decide(excl, Exclusive, Some(Exclusive)), Regrant);
         assert_eq!(decide(excl, Shared, Some(Exclusive)), OtherMode);
-        assert_eq!(decide(excl, SEM3, None), Mismatch(KeyKind::ReadWrite));
+        assert_eq!(decide(excl, SEM3, None), Mismatch(LockKind::ReadWrite));
     }
 
     #[test]
@@ -197,7 +210,7 @@ mod tests {
         assert_eq!(decide(sem(2), SEM3, None), Grant);
         assert_eq!(decide(sem(3), SEM3, None), Busy);
         assert_eq!(decide(sem(3), SEM3, Some(SEM3)), Regrant);
-        let named = Mismatch(KeyKind::Semaphore { limit: 3 });
+        let named = Mismatch(LockKind::Semaphore { limit: 3 });
         assert_eq!(decide(sem(1), Place { limit: 4 }, None), named);
         assert_eq!(decide(sem(1), Place { limit: 2 }, None), named);
         assert_eq!(decide(sem(1), Exclusive, None), named);
@@ -214,7 +227,7 @@ mod tests {
         assert_eq!(decide_newcomer(shared, Shared, Some(Shared), true), Regrant);
         assert_eq!(
             decide_newcomer(shared, SEM3, None, true),
-            Mismatch(KeyKind::ReadWrite)
+            Mismatch(LockKind::ReadWrite)
         );
         assert_eq!(
             decide_newcomer(Occupancy::Free, Exclusive, None, true),
@@ -253,7 +266,7 @@ mod tests {
         let queue = [(SEM3, None), (Place { limit: 9 }, None), (SEM3, None)];
         assert_eq!(
             plan(Occupancy::Free, queue),
-            [Grant, Mismatch(KeyKind::Semaphore { limit: 3 }), Grant]
+            [Grant, Mismatch(LockKind::Semaphore { limit: 3 }), Grant]
         );
         let queue = [(SEM3, Some(SEM3)), (Shared, None), (SEM3, None)];
         assert_eq!(
@@ -264,7 +277,7 @@ mod tests {
                 },
                 queue
             ),
-            [Regrant, Mismatch(KeyKind::Semaphore { limit: 3 })]
+            [Regrant, Mismatch(LockKind::Semaphore { limit: 3 })]
         );
     }
 

@@ -20,8 +20,7 @@ pub enum Kind {
     Semaphore { limit: u32 },
 }
 
-/// Most places a semaphore may have.
-pub const MAX_LIMIT: u32 = 1_000_000;
+pub use super::limits::MAX_LIMIT;
 
 /// One holder's grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,14 +3,17 @@
 //! Everything here is plain Rust, tested with `cargo test`.
 
 pub mod args;
+pub mod effects;
 pub mod errors;
 pub mod fence;
 pub mod grant;
 pub mod holders;
 pub mod limits;
 pub mod lock;
+pub mod numbers;
 pub mod record;
 pub mod schedule;
+pub mod settings;
 pub mod slot;
 pub mod token;
 pub mod waiters;

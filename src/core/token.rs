@@ -1,7 +1,6 @@
 //! Owner tokens: validation, generation and comparison.
 
-/// The longest token a client may give.
-pub const MAX_TOKEN_LEN: usize = 512;
+pub use super::limits::MAX_TOKEN_LEN;
 /// Length of a generated token: 128 random bits as lowercase hex.
 pub const GENERATED_TOKEN_LEN: usize = 32;
 

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::Hash;
 
-use super::grant::KeyKind;
+use super::grant::LockKind;
 
 /// Where a waiter stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum Refusal {
     /// The name now holds a value of another type.
     WrongType,
     /// The key became a kind of lock this waiter's request does not fit.
-    Mismatch(KeyKind),
+    Mismatch(LockKind),
     /// The waiter's token holds the key in another mode.
     OtherMode,
 }

@@ -9,13 +9,14 @@
 
 use redis_module::{Context, RedisString, RedisValue};
 
-use crate::core::args::{self, HoldEffect};
+use crate::core::args;
+use crate::core::effects::{self, HoldEffect};
 use crate::core::errors::LockError;
 use crate::core::grant::{self, Decision, Want};
 use crate::core::holders::{self, Hold, Holders};
-use crate::core::limits;
 use crate::core::lock::{self, LockRef};
 use crate::core::record::Stored;
+use crate::core::settings;
 use crate::core::token::{self, TokenArg};
 use crate::server::dispatch::{Call, Reply};
 use crate::server::ffi::{self, LockKey};
@@ -29,7 +30,7 @@ fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
     match held(key)? {
         Held::Free => Ok(None),
         Held::Exclusive(l) => Ok(Some(l)),
-        Held::Multi(_) => Err(LockError::KindMismatch(grant::KeyKind::ReadWrite)),
+        Held::Multi(_) => Err(grant::LockKind::ReadWrite.mismatch()),
     }
 }
 
@@ -56,7 +57,7 @@ fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
 pub fn acquire(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_acquire(argv)?;
-    let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
+    let ttl_ms = settings::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     let bind_to = match req.ephemeral {
         false => None,
         true => match ffi::client_id(ctx) {
@@ -98,14 +99,14 @@ pub fn acquire(call: &Call) -> Reply {
         decision = decide(&key, waiting::count(ctx, name) > 0)?;
     }
     let fence = match decision {
-        Decision::Mismatch(kind) => return Err(LockError::KindMismatch(kind)),
+        Decision::Mismatch(kind) => return Err(kind.mismatch()),
         Decision::OtherMode => return Err(LockError::OtherMode),
         Decision::Busy => {
             return Ok(match req.block_ms {
                 Some(timeout) if ffi::may_block(ctx) => {
                     let held_until = held(&key).ok().and_then(|h| h.next_change(&key));
                     drop(key);
-                    let timeout = limits::block_timeout(timeout, config::max_block_ms());
+                    let timeout = settings::block_timeout(timeout, config::max_block_ms());
                     let request = waiting::Request::new(token, req.want, ttl_ms, bind_to);
                     waiting::block(ctx, name, request, timeout, held_until);
                     RedisValue::NoReply
@@ -171,7 +172,7 @@ pub fn release(call: &Call) -> Reply {
 pub fn extend(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::parse_extend(argv)?;
-    let ttl_ms = limits::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
+    let ttl_ms = settings::check_ttl(req.ttl_ms, config::max_ttl_ms())?;
     let expire_at = lock::expiry_at(ffi::now_ms(), ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
     let key = LockKey::open(ctx, name, true);
@@ -271,12 +272,12 @@ pub fn apply_hold(call: &Call) -> Reply {
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }
-    let effect = args::parse_hold(argv)?;
+    let effect = effects::parse_hold(argv)?;
     let mut key = LockKey::open(ctx, &call.key(), true);
     let current_kind = match held(&key)? {
         Held::Free => None,
         Held::Multi(h) => Some(h.kind()),
-        Held::Exclusive(_) => return Err(LockError::KindMismatch(grant::KeyKind::ReadWrite)),
+        Held::Exclusive(_) => return Err(grant::LockKind::ReadWrite.mismatch()),
     };
     match effect {
         HoldEffect::Grant {
@@ -337,7 +338,7 @@ pub fn apply(call: &Call) -> Reply {
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }
-    let req = args::parse_apply(argv)?;
+    let req = effects::parse_apply(argv)?;
     let mut key = LockKey::open(ctx, &call.key(), true);
     current(&key)?;
     key.set_lock(LockRef::new(req.token, req.fence));
@@ -357,7 +358,7 @@ pub fn epoch(call: &Call) -> Reply {
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }
-    let epoch = args::parse_epoch(argv)?;
+    let epoch = effects::parse_epoch(argv)?;
     state::with_clock(|c| c.observe_epoch(epoch));
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))

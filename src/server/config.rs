@@ -33,7 +33,7 @@ pub fn apply_module_args<A: std::ops::Deref<Target = [u8]>>(args: &[A]) -> Resul
                 ))
             }
         };
-        let value = crate::core::args::parse_i64(&pair[1])
+        let value = crate::core::numbers::parse_i64(&pair[1])
             .filter(|v| *v >= 0)
             .ok_or_else(|| format!("{name} must be a non-negative integer of milliseconds"))?;
         setting.store(value, Relaxed);

@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 
 use redis_module::{raw, Context, RedisString, RedisValue};
 
+use crate::core::effects;
 use crate::core::errors::LockError;
 use crate::server::{commands, ffi, guard, guarded, reply};
 
@@ -81,14 +82,7 @@ fn dispatch(
         Err(e) => reply::error(&ctx, &e) as c_int,
     };
     let token_at = match token_at {
-        // `LOCK._HOLD key 1 END token` / `… GRANT kind limit token fence at`
-        HOLD_TOKEN => {
-            if argc == 5 {
-                4
-            } else {
-                6
-            }
-        }
+        HOLD_TOKEN => effects::hold_token_at(argc as usize) as c_int,
         at => at,
     };
     if token_at > 0 && token_at < argc {

@@ -7,7 +7,7 @@
 
 use redis_module::{Context, ContextFlags, RedisValue};
 
-use crate::core::args;
+use crate::core::numbers;
 use crate::server::ffi;
 
 /// Why the module may not write now.
@@ -48,15 +48,15 @@ fn too_few_replicas(ctx: &Context) -> bool {
     let Some(good) = ctx
         .server_info("replication")
         .field("min_slaves_good_slaves")
-        .and_then(|v| args::parse_i64(v.as_slice()))
+        .and_then(|v| numbers::parse_i64(v.as_slice()))
     else {
         return false;
     };
     let wanted = match ctx.call("CONFIG", &["GET", "min-replicas-to-write"]) {
         Ok(RedisValue::Array(items)) => items.get(1).and_then(|v| match v {
             RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s.parse::<i64>().ok(),
-            RedisValue::BulkRedisString(s) => args::parse_i64(s.as_slice()),
-            RedisValue::StringBuffer(b) => args::parse_i64(b),
+            RedisValue::BulkRedisString(s) => numbers::parse_i64(s.as_slice()),
+            RedisValue::StringBuffer(b) => numbers::parse_i64(b),
             _ => None,
         }),
         _ => None,

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use redis_module::RedisValue;
 
 use crate::core::args;
+use crate::core::effects;
 use crate::core::errors::LockError;
 use crate::core::lock::{self, GateDecision, LockRef};
 use crate::core::slot;
@@ -193,7 +194,7 @@ pub fn apply_gate(call: &Call) -> Reply {
     if !ffi::from_master_or_aof(ctx) {
         return Err(LockError::InternalCommand);
     }
-    let fence = args::parse_gate_apply(argv)?;
+    let fence = effects::parse_gate_apply(argv)?;
     let mut key = LockKey::open(ctx, &call.key(), true);
     match key.kind() {
         KeyKind::Other => return Err(LockError::WrongType),

@@ -361,7 +361,7 @@ fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
                 Refusal::SlotMoved => LockError::SlotMoved,
                 Refusal::Demoted => LockError::ReadOnly,
                 Refusal::WrongType => LockError::WrongType,
-                Refusal::Mismatch(kind) => LockError::KindMismatch(kind),
+                Refusal::Mismatch(kind) => kind.mismatch(),
                 Refusal::OtherMode => LockError::OtherMode,
             };
             reply::error(ctx, &error);

@@ -4,9 +4,9 @@ use std::ffi::{c_char, CStr};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::core::args;
 use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::lock::{LockRef, Mode};
+use crate::core::{limits, numbers};
 
 const APPLY: &CStr = c"LOCK._APPLY";
 
@@ -15,8 +15,8 @@ pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u6
     // Numbers go as text formatted here: Redis's own conversion of "l"
     // arguments costs more than the rest of the call's argument handling.
     let (mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20]);
-    let fence = args::decimal(fence, &mut fence_buf);
-    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    let fence = numbers::decimal(fence, &mut fence_buf);
+    let at = numbers::decimal(expire_at.max(0) as u64, &mut at_buf);
     // SAFETY: the format "sbbb" matches the arguments: a Redis string, then
     // three buffers each with its length.
     unsafe {
@@ -51,7 +51,7 @@ pub fn replicate_epoch(ctx: &Context, epoch: u64) {
 /// Propagates a new absolute expiry (re-grant, extend).
 pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
     let mut at_buf = [0u8; 20];
-    let at = args::decimal(expire_at.max(0) as u64, &mut at_buf);
+    let at = numbers::decimal(expire_at.max(0) as u64, &mut at_buf);
     // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
@@ -113,7 +113,7 @@ const GATE: &CStr = c"LOCK._GATE";
 /// Propagates a fence gate's new highest fence.
 pub fn replicate_gate(ctx: &Context, key: &RedisString, fence: u64) {
     let mut fence_buf = [0u8; 20];
-    let fence = args::decimal(fence, &mut fence_buf);
+    let fence = numbers::decimal(fence, &mut fence_buf);
     // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
@@ -137,10 +137,10 @@ pub fn emit_aof_gate(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleStr
 }
 
 const HOLD: &CStr = c"LOCK._HOLD";
-/// `args::HOLD_EFFECT_VERSION` as text (a number would be formatted by Redis
+/// `limits::HOLD_EFFECT_VERSION` as text (a number would be formatted by Redis
 /// on every call).
 const HOLD_VERSION: &CStr = c"1";
-const _: () = assert!(args::HOLD_EFFECT_VERSION == 1, "HOLD_VERSION must match");
+const _: () = assert!(limits::HOLD_EFFECT_VERSION == 1, "HOLD_VERSION must match");
 
 /// The kind arguments of a `LOCK._HOLD … GRANT`: `SHARED 0` or `LIMIT n`.
 fn kind_args(kind: Kind) -> (&'static CStr, u64) {
@@ -155,9 +155,9 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8]
     let (kind_name, limit) = kind_args(kind);
     // Numbers go as text formatted here, as in `replicate_grant`.
     let (mut limit_buf, mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20], [0u8; 20]);
-    let limit = args::decimal(limit, &mut limit_buf);
-    let fence = args::decimal(hold.fence, &mut fence_buf);
-    let at = args::decimal(hold.expire_at.max(0) as u64, &mut at_buf);
+    let limit = numbers::decimal(limit, &mut limit_buf);
+    let fence = numbers::decimal(hold.fence, &mut fence_buf);
+    let at = numbers::decimal(hold.expire_at.max(0) as u64, &mut at_buf);
     // SAFETY: the format "scccbbbb" matches the key's Redis string, three C
     // strings and four buffers each with its length.
     unsafe {
@@ -215,7 +215,7 @@ pub fn emit_aof_holders(
                 HOLD.as_ptr(),
                 c"slcclbll".as_ptr(),
                 key,
-                args::HOLD_EFFECT_VERSION as i64,
+                limits::HOLD_EFFECT_VERSION as i64,
                 c"GRANT".as_ptr(),
                 kind_name.as_ptr(),
                 limit as i64,
