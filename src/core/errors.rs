@@ -79,7 +79,10 @@ pub enum LockError {
     EphemeralWithoutConnection,
     /// An internal effect of a version this module does not know.
     EffectVersion(u64),
-    /// A bug in the module: a panic was caught before it could reach Redis.
+    /// A bug in the module, found before anything was changed: a panic caught
+    /// before it could reach Redis, or a state the module should never reach
+    /// (a lock it just decided to re-grant that has no fence, a value Redis
+    /// refused to store).
     Internal,
 }
 

@@ -9,6 +9,7 @@
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use super::holders::Holders;
 use super::lock::LockRef;
@@ -38,6 +39,7 @@ pub struct Record {
 
 impl Record {
     pub fn new(lock: LockRef<'_>) -> Record {
+        LIVE.fetch_add(1, Relaxed);
         let token = lock.token();
         assert!(
             token.len() <= MAX_TOKEN_LEN,
@@ -56,6 +58,7 @@ impl Record {
 
     /// A record owning `holders`.
     pub fn new_multi(holders: Holders) -> Record {
+        LIVE.fetch_add(1, Relaxed);
         let boxed = Box::into_raw(Box::new(holders));
         let mut bytes = Vec::with_capacity(HEADER + POINTER);
         bytes.extend_from_slice(&0u64.to_le_bytes());
@@ -131,8 +134,18 @@ impl Record {
     }
 }
 
+/// Records alive, in Redis's keyspace or on their way in or out (`INFO`'s
+/// `locks`). Atomic: Redis may free a value on a background thread.
+static LIVE: AtomicI64 = AtomicI64::new(0);
+
+/// How many records are alive.
+pub fn live() -> i64 {
+    LIVE.load(Relaxed)
+}
+
 impl Drop for Record {
     fn drop(&mut self) {
+        LIVE.fetch_sub(1, Relaxed);
         // SAFETY: `ptr` is a live record owned by `self`.
         if let Some(holders) = unsafe { multi_ptr(self.ptr.as_ptr()) } {
             // SAFETY: made by `Box::into_raw` in `new_multi`, owned by this record.

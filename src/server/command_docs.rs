@@ -19,9 +19,9 @@ struct Arg {
     sub: &'static [Arg],
 }
 
-/// One command's documentation.
-struct Doc {
-    name: &'static CStr,
+/// One command's documentation (the command table in `dispatch.rs` names
+/// the command and points here).
+pub struct Doc {
     summary: &'static CStr,
     arity: c_int,
     key_flags: u32,
@@ -89,105 +89,103 @@ const EXPIRATION: Arg = Arg {
 const RW: u32 = raw::REDISMODULE_CMD_KEY_RW;
 const ONE_HOLDER: &CStr =
     c"O(1) for an exclusive lock; O(log H) for a key with H shared or semaphore holders";
-const DOCS: [Doc; 6] = [
-    Doc {
-        name: c"lock.acquire",
-        complexity: ONE_HOLDER,
-        summary: c"Acquires a lock (exclusive, shared, or a semaphore place), or waits for it in the server; returns the owner token and a fencing token",
-        arity: -5,
-        key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
-        args: &[
-            KEY,
-            TOKEN,
-            EXPIRATION,
-            Arg {
-                optional: true,
-                sub: &[
-                    Arg {
-                        token: Some(c"SHARED"),
-                        summary: Some(c"a shared (read) hold: any number at once, never with an exclusive one"),
-                        ..arg(
-                            c"shared",
-                            raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-                        )
-                    },
-                    Arg {
-                        token: Some(c"LIMIT"),
-                        summary: Some(c"one of count places of a semaphore, 1 to 1000000"),
-                        ..arg(c"count", INTEGER)
-                    },
-                ],
-                ..arg(
-                    c"kind",
-                    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
-                )
-            },
-            Arg {
-                token: Some(c"EPHEMERAL"),
-                optional: true,
-                summary: Some(c"release the lock when this connection closes"),
-                ..arg(
-                    c"ephemeral",
-                    raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-                )
-            },
-            Arg {
-                token: Some(c"BLOCK"),
-                optional: true,
-                summary: Some(c"wait up to this many milliseconds (0: no limit; at most 1000000000000) for the lock"),
-                ..arg(c"timeout", INTEGER)
-            },
-        ],
-    },
-    Doc {
-        name: c"lock.release",
-        complexity: ONE_HOLDER,
-        summary: c"Releases a lock if the token holds it, handing it to the first waiter",
-        arity: 3,
-        key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
-        args: &[KEY, TOKEN],
-    },
-    Doc {
-        name: c"lock.extend",
-        complexity: ONE_HOLDER,
-        summary: c"Sets a held lock's remaining time if the token holds it",
-        arity: 5,
-        key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
-        args: &[KEY, TOKEN, EXPIRATION],
-    },
-    Doc {
-        name: c"lock.info",
-        complexity: c"O(1) for an exclusive lock; O(H log H) to list H holders",
-        summary: c"Shows a lock's owner token, fence, remaining time and number of waiters",
-        arity: 2,
-        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        args: &[KEY],
-    },
-    Doc {
-        name: c"lock.call",
-        complexity: ONE_HOLDER,
-        summary: c"Runs a command only if the token holds the lock, in the same atomic step",
-        arity: -4,
-        key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        args: &[KEY, TOKEN, COMMAND, COMMAND_ARGS],
-    },
-    Doc {
-        name: c"lock.fence",
-        complexity: c"O(1)",
-        summary: c"Runs a command only if the fence is not older than the highest the gate key accepted",
-        arity: -4,
-        key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
-        args: &[
-            KEY,
-            Arg {
-                summary: Some(c"the fencing token of the caller's grant"),
-                ..arg(c"fence", INTEGER)
-            },
-            COMMAND,
-            COMMAND_ARGS,
-        ],
-    },
-];
+pub const ACQUIRE: Doc = Doc {
+    complexity: ONE_HOLDER,
+    summary: c"Acquires a lock (exclusive, shared, or a semaphore place), or waits for it in the server; returns the owner token and a fencing token",
+    arity: -5,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[
+        KEY,
+        TOKEN,
+        EXPIRATION,
+        Arg {
+            optional: true,
+            sub: &[
+                Arg {
+                    token: Some(c"SHARED"),
+                    summary: Some(c"a shared (read) hold: any number at once, never with an exclusive one"),
+                    ..arg(
+                        c"shared",
+                        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+                    )
+                },
+                Arg {
+                    token: Some(c"LIMIT"),
+                    summary: Some(c"one of count places of a semaphore, 1 to 1000000"),
+                    ..arg(c"count", INTEGER)
+                },
+            ],
+            ..arg(
+                c"kind",
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF,
+            )
+        },
+        Arg {
+            token: Some(c"EPHEMERAL"),
+            optional: true,
+            summary: Some(c"release the lock when this connection closes"),
+            ..arg(
+                c"ephemeral",
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            )
+        },
+        Arg {
+            token: Some(c"BLOCK"),
+            optional: true,
+            summary: Some(c"wait up to this many milliseconds (0: no limit; at most 1000000000000) for the lock"),
+            ..arg(c"timeout", INTEGER)
+        },
+    ],
+};
+
+pub const RELEASE: Doc = Doc {
+    complexity: ONE_HOLDER,
+    summary: c"Releases a lock if the token holds it, handing it to the first waiter",
+    arity: 3,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    args: &[KEY, TOKEN],
+};
+
+pub const EXTEND: Doc = Doc {
+    complexity: ONE_HOLDER,
+    summary: c"Sets a held lock's remaining time if the token holds it",
+    arity: 5,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[KEY, TOKEN, EXPIRATION],
+};
+
+pub const INFO: Doc = Doc {
+    complexity: c"O(1) for an exclusive lock; O(H log H) to list H holders",
+    summary: c"Shows a lock's owner token, fence, remaining time and number of waiters",
+    arity: 2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    args: &[KEY],
+};
+
+pub const CALL: Doc = Doc {
+    complexity: ONE_HOLDER,
+    summary: c"Runs a command only if the token holds the lock, in the same atomic step",
+    arity: -4,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    args: &[KEY, TOKEN, COMMAND, COMMAND_ARGS],
+};
+
+pub const FENCE: Doc = Doc {
+    complexity: c"O(1)",
+    summary:
+        c"Runs a command only if the fence is not older than the highest the gate key accepted",
+    arity: -4,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    args: &[
+        KEY,
+        Arg {
+            summary: Some(c"the fencing token of the caller's grant"),
+            ..arg(c"fence", INTEGER)
+        },
+        COMMAND,
+        COMMAND_ARGS,
+    ],
+};
 
 static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
     version: 1,
@@ -196,16 +194,17 @@ static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfo
     sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// Sets the docs of every user command; false if Redis refused any. On a
-/// server without the API (before 7.0) there is nothing to do.
-pub fn register(ctx: &Context) -> bool {
+/// Sets the docs of the commands named, each with its doc; false if Redis
+/// refused any. On a server without the API (before 7.0) there is nothing
+/// to do.
+pub fn register<'a>(ctx: &Context, docs: impl IntoIterator<Item = (&'a CStr, &'a Doc)>) -> bool {
     // SAFETY: reading function pointers Redis filled in at module load.
     let (Some(get_command), Some(set_info)) = (unsafe { raw::RedisModule_GetCommand }, unsafe {
         raw::RedisModule_SetCommandInfo
     }) else {
         return true;
     };
-    DOCS.iter().all(|doc| {
+    docs.into_iter().all(|(name, doc)| {
         let mut arena = Vec::new();
         let args = raw_args(doc.args, &mut arena);
         let mut key_specs = [key_spec(doc.key_flags), zeroed_key_spec()];
@@ -224,13 +223,13 @@ pub fn register(ctx: &Context) -> bool {
         // valid for the call (static strings, `key_specs` and `arena`), and
         // Redis copies what it keeps.
         let done = unsafe {
-            let command = get_command(ctx.ctx, doc.name.as_ptr());
+            let command = get_command(ctx.ctx, name.as_ptr());
             !command.is_null() && set_info(command, &info) == raw::REDISMODULE_OK as c_int
         };
         if !done {
             ctx.log_warning(&format!(
                 "command docs of {} refused",
-                doc.name.to_string_lossy()
+                name.to_string_lossy()
             ));
         }
         done

@@ -18,7 +18,7 @@ use crate::core::lock::{self, LockRef};
 use crate::core::record::Stored;
 use crate::core::settings;
 use crate::core::token::{self, TokenArg};
-use crate::server::dispatch::{Call, Reply};
+use crate::server::command::{Call, Reply};
 use crate::server::ffi::{self, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::reply::{self, Field};
@@ -319,7 +319,7 @@ pub fn apply_hold(call: &Call) -> Reply {
     };
     match latest {
         Some(at) => key.set_expire_at(at),
-        None => key.delete(),
+        None => lockops::delete(&mut key),
     }
     drop(key);
     if let Some(at) = look {

@@ -129,7 +129,6 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             Stored::Single(lock) if lock.is_gate() => {
                 // A gate's fence was issued elsewhere: it is remembered by
                 // the gate, never fed into this server's fence clock.
-                stats::record_created();
                 return record.into_raw();
             }
             Stored::Single(lock) => lock.fence(),
@@ -162,7 +161,6 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 scheduler::at(&ctx, Job::Leases(id), at);
             }
         }
-        stats::record_created();
         record.into_raw()
     })
 }
@@ -200,7 +198,6 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // `set_lock`, `rdb_load` or `copy`.
     guard::callback((), || {
         drop(unsafe { Record::from_raw(value) });
-        stats::record_freed();
     })
 }
 
@@ -217,7 +214,6 @@ unsafe extern "C" fn copy(
                 scheduler::at(&ctx, Job::Leases(ffi::copy_target(opt)), at);
             }
         }
-        stats::record_created();
         copy.into_raw()
     })
 }

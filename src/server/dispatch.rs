@@ -3,38 +3,13 @@
 //! runs the handler inside the panic guard, and sends its reply.
 
 use std::ffi::{c_int, CStr};
-use std::ptr::NonNull;
 
-use redis_module::{raw, Context, RedisString, RedisValue};
+use redis_module::{raw, Context, RedisString};
 
 use crate::core::effects;
-use crate::core::errors::LockError;
+use crate::server::command::{Call, Reply};
+use crate::server::command_docs::{self as docs, Doc};
 use crate::server::{commands, ffi, guard, guarded, reply};
-
-/// What a handler answers: a value to reply with (or `NoReply` when it
-/// replied itself or blocked the client), or an error reply.
-pub type Reply = Result<RedisValue, LockError>;
-
-/// One call of a command.
-pub struct Call<'a> {
-    pub ctx: &'a Context,
-    /// The arguments, `argv[0]` being the command name.
-    pub argv: &'a [&'a [u8]],
-    raw: &'a [*mut raw::RedisModuleString],
-}
-
-impl Call<'_> {
-    /// The key argument (`argv[1]`) as a Redis string. Every command that
-    /// calls this declares that key, so Redis's arity check guarantees it.
-    pub fn key(&self) -> RedisString {
-        RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
-    }
-
-    /// The arguments as Redis strings, for passing on to Redis.
-    pub fn raw_args(&self) -> &[*mut raw::RedisModuleString] {
-        self.raw
-    }
-}
 
 type Handler = fn(&Call) -> Reply;
 
@@ -72,11 +47,7 @@ fn dispatch(
             .collect();
         &heap
     };
-    let call = Call {
-        ctx: &ctx,
-        argv: slices,
-        raw: raw_args,
-    };
+    let call = Call::new(&ctx, slices, raw_args);
     let status = match guard::command(|| handler(&call)) {
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
@@ -109,94 +80,111 @@ macro_rules! entry {
     }};
 }
 
-/// Name, entry point, flags, and key positions (first, last, step).
-type Registration = (
-    &'static CStr,
-    ffi::CommandCallback,
-    &'static CStr,
-    c_int,
-    c_int,
-    c_int,
-);
+/// One command: its name, entry point, flags, key positions (first, last,
+/// step) and, for the commands clients use, what `COMMAND DOCS` shows. The
+/// one list of the module's commands: registration and the docs both read it.
+struct Command {
+    name: &'static CStr,
+    entry: ffi::CommandCallback,
+    flags: &'static CStr,
+    keys: (c_int, c_int, c_int),
+    doc: Option<&'static Doc>,
+}
 
-/// Registers every command; false if Redis refused one.
-pub fn register(ctx: &Context) -> bool {
-    let table: [Registration; 10] = [
+const fn command(
+    name: &'static CStr,
+    entry: ffi::CommandCallback,
+    flags: &'static CStr,
+    doc: Option<&'static Doc>,
+) -> Command {
+    Command {
+        name,
+        entry,
+        flags,
+        keys: (1, 1, 1),
+        doc,
+    }
+}
+
+fn commands() -> [Command; 10] {
+    [
         // May create a lock, so refused when memory is full.
-        (
+        command(
             c"lock.acquire",
             entry!(commands::acquire, 2),
             c"write deny-oom",
-            1,
-            1,
-            1,
+            Some(&docs::ACQUIRE),
         ),
         // Free memory or change nothing: never refused for memory.
-        (
+        command(
             c"lock.release",
             entry!(commands::release, 2),
             c"write",
-            1,
-            1,
-            1,
+            Some(&docs::RELEASE),
         ),
-        (
+        command(
             c"lock.extend",
             entry!(commands::extend, 2),
             c"write",
-            1,
-            1,
-            1,
+            Some(&docs::EXTEND),
         ),
-        (
+        command(
             c"lock.info",
             entry!(commands::info, 0),
             c"readonly fast",
-            1,
-            1,
-            1,
+            Some(&docs::INFO),
         ),
         // Guarded writes: the inner command is checked and refused for
         // memory by the inner call itself.
-        (c"lock.call", entry!(guarded::call, 2), c"write", 1, 1, 1),
-        (c"lock.fence", entry!(guarded::fence, 0), c"write", 1, 1, 1),
-        (
+        command(
+            c"lock.call",
+            entry!(guarded::call, 2),
+            c"write",
+            Some(&docs::CALL),
+        ),
+        command(
+            c"lock.fence",
+            entry!(guarded::fence, 0),
+            c"write",
+            Some(&docs::FENCE),
+        ),
+        // Internal: effects replayed from the master link and the AOF.
+        command(
             c"lock._gate",
             entry!(guarded::apply_gate, 0),
             c"write",
-            1,
-            1,
-            1,
+            None,
         ),
-        // Internal: effects replayed from the master link and the AOF.
-        (
-            c"lock._apply",
-            entry!(commands::apply, 2),
-            c"write",
-            1,
-            1,
-            1,
-        ),
-        (
+        command(c"lock._apply", entry!(commands::apply, 2), c"write", None),
+        command(
             c"lock._hold",
             entry!(commands::apply_hold, HOLD_TOKEN),
             c"write",
-            1,
-            1,
-            1,
+            None,
         ),
-        (
-            c"lock._epoch",
-            entry!(commands::epoch, 0),
-            c"write",
-            0,
-            0,
-            0,
-        ),
-    ];
-    table
-        .iter()
-        .all(|&(name, callback, flags, first, last, step)| {
-            ffi::create_command(ctx, name, callback, flags, first, last, step)
-        })
+        Command {
+            keys: (0, 0, 0),
+            ..command(c"lock._epoch", entry!(commands::epoch, 0), c"write", None)
+        },
+    ]
+}
+
+/// Registers every command; false if Redis refused one.
+pub fn register(ctx: &Context) -> bool {
+    commands().iter().all(|c| {
+        let (first, last, step) = c.keys;
+        ffi::create_command(ctx, c.name, c.entry, c.flags, first, last, step)
+    })
+}
+
+/// Sets what `COMMAND DOCS` shows for the commands clients use; false if
+/// Redis refused any.
+pub fn register_docs(ctx: &Context) -> bool {
+    let commands = commands();
+    docs::register(
+        ctx,
+        commands
+            .iter()
+            .filter_map(|c| c.doc.map(|doc| (c.name, doc))),
+    )
 }

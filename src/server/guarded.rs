@@ -19,7 +19,7 @@ use crate::core::effects;
 use crate::core::errors::LockError;
 use crate::core::lock::{self, GateDecision, LockRef};
 use crate::core::slot;
-use crate::server::dispatch::{Call, Reply};
+use crate::server::command::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
 use crate::server::{held, stats};
 

@@ -55,7 +55,7 @@ pub fn release(ctx: &Context, name: &RedisString, mut key: LockKey) {
     if ephemeral::any() {
         ephemeral::unbind(&waiting::lock_id(ctx, name));
     }
-    key.delete();
+    delete(&mut key);
     drop(key);
     ffi::replicate_delete(ctx, name);
     ffi::notify(ctx, c"lock.released", name);
@@ -226,7 +226,7 @@ impl After {
 /// Carries out `after` on the key `name`, and closes it.
 fn settle(ctx: &Context, name: &RedisString, mut key: LockKey, after: After) {
     match after.latest {
-        None => key.delete(),
+        None => delete(&mut key),
         Some(at) if after.latest_moved => key.set_expire_at(at),
         Some(_) => {}
     }
@@ -263,4 +263,12 @@ pub fn tend(ctx: &Context, id: &LockId) {
         scheduler::at(ctx, Job::Leases(id.clone()), at);
     }
     waiting::serve(ctx, &name);
+}
+
+/// Deletes a lock's key. Redis raises no key event for a deletion through
+/// the module API, so the note of its unlink must not be taken for the next
+/// expiry's.
+pub fn delete(key: &mut LockKey) {
+    key.delete();
+    stats::forget_unlink();
 }

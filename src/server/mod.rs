@@ -2,6 +2,7 @@
 //! server events, and the small unsafe wrappers they share.
 
 mod cluster;
+mod command;
 mod command_docs;
 mod commands;
 mod config;
@@ -41,6 +42,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     }
     // A damaged RESTORE payload must be an error reply, not an abort.
     ffi::handle_io_errors(ctx);
+    ffi::use_lock_type(*LOCK_TYPE.raw_type.borrow());
     if !dispatch::register(ctx) {
         ctx.log_warning("could not register the commands");
         return Status::Err;
@@ -50,7 +52,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }
-    if !command_docs::register(ctx) {
+    if !dispatch::register_docs(ctx) {
         ctx.log_warning("could not register command docs");
         return Status::Err;
     }

@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
@@ -53,18 +53,6 @@ pub static FENCES_ACCEPTED: Counter = Counter::new();
 pub static FENCES_STALE: Counter = Counter::new();
 /// Locks removed by Redis because their TTL passed.
 pub static EXPIRED: Counter = Counter::new();
-
-/// Lock records in memory (created minus freed; freeing may happen on a
-/// lazy-free thread, hence atomic).
-static LOCKS: AtomicI64 = AtomicI64::new(0);
-
-pub fn record_created() {
-    LOCKS.fetch_add(1, Relaxed);
-}
-
-pub fn record_freed() {
-    LOCKS.fetch_sub(1, Relaxed);
-}
 
 thread_local! {
     /// The key a lock was last unlinked under, by the address of its name:
@@ -118,7 +106,7 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         let int = |name: &str, value: i64| {
             raw::add_info_field_long_long(ctx, name, value);
         };
-        int("locks", LOCKS.load(Relaxed).max(0));
+        int("locks", crate::core::record::live().max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
             int("ephemeral_holds", ephemeral::count() as i64);

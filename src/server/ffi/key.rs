@@ -2,14 +2,22 @@
 //! record, deletion and expiry.
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicPtr, Ordering::Relaxed};
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::holders::Holders;
 use crate::core::lock::LockRef;
 use crate::core::record::{Record, Stored};
-use crate::server::datatype::LOCK_TYPE;
-use crate::server::stats;
+
+/// The module's data type, as Redis created it (set once, at load).
+static LOCK_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Tells the key API which data type is the module's: called at load, after
+/// Redis created the type and before any command runs.
+pub fn use_lock_type(lock_type: *mut raw::RedisModuleType) {
+    LOCK_TYPE.store(lock_type, Relaxed);
+}
 
 /// `REDISMODULE_NO_EXPIRE`: what the expiry getters answer for a key without one.
 const NO_EXPIRE: i64 = -1;
@@ -56,7 +64,7 @@ impl LockKey {
             KeyKind::Empty
         } else if key_type == raw::REDISMODULE_KEYTYPE_MODULE as c_int
             // SAFETY: `key` is an open key holding a module value.
-            && unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(key) } == *LOCK_TYPE.raw_type.borrow()
+            && unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(key) } == LOCK_TYPE.load(Relaxed)
         {
             KeyKind::Lock
         } else {
@@ -128,23 +136,22 @@ impl LockKey {
         // SAFETY: the key is open for writing; Redis takes ownership of the
         // record and hands it back to `datatype::free`.
         let status = unsafe {
-            raw::RedisModule_ModuleTypeSetValue.unwrap()(key, *LOCK_TYPE.raw_type.borrow(), value)
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(key, LOCK_TYPE.load(Relaxed), value)
         };
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: Redis refused the value, so it is still ours to free.
             drop(unsafe { Record::from_raw(value) });
             return false;
         }
-        stats::record_created();
         true
     }
 
+    /// Deletes the key. A deletion through the module API raises no key
+    /// event (the caller may need to know that).
     pub fn delete(&mut self) {
         if !self.raw().is_null() {
             // SAFETY: the key is open for writing.
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.raw()) };
-            // A deletion through the module API raises no key event.
-            stats::forget_unlink();
         }
     }
 

@@ -1,7 +1,10 @@
 //! The few Redis module API calls the `redis-module` crate does not wrap,
 //! each behind a small safe function, one file per concern: keys, effects
-//! propagated to replicas and the AOF, blocking, events, timers. Nothing
-//! outside this folder calls the raw API except through these.
+//! propagated to replicas and the AOF, blocking, events, timers. A leaf: it
+//! uses the core and nothing else of the server layer. Outside this folder
+//! the raw API appears only where Redis calls us (callback signatures, the
+//! values and strings it hands to them) and in the registration of the
+//! command docs (`command_docs.rs`).
 
 mod blocking;
 mod call;

@@ -1,0 +1,42 @@
+//! One call of a command, as every handler sees it, and what a handler
+//! answers. A leaf: the entry point builds it, the handlers read it.
+
+use std::ptr::NonNull;
+
+use redis_module::{raw, Context, RedisString, RedisValue};
+
+use crate::core::errors::LockError;
+
+/// What a handler answers: a value to reply with (or `NoReply` when it
+/// replied itself or blocked the client), or an error reply.
+pub type Reply = Result<RedisValue, LockError>;
+
+/// One call of a command.
+pub struct Call<'a> {
+    pub ctx: &'a Context,
+    /// The arguments, `argv[0]` being the command name.
+    pub argv: &'a [&'a [u8]],
+    raw: &'a [*mut raw::RedisModuleString],
+}
+
+impl<'a> Call<'a> {
+    /// `argv` viewed as bytes, `raw` as Redis passed them: the same arguments.
+    pub fn new(
+        ctx: &'a Context,
+        argv: &'a [&'a [u8]],
+        raw: &'a [*mut raw::RedisModuleString],
+    ) -> Call<'a> {
+        Call { ctx, argv, raw }
+    }
+
+    /// The key argument (`argv[1]`) as a Redis string. Every command that
+    /// calls this declares that key, so Redis's arity check guarantees it.
+    pub fn key(&self) -> RedisString {
+        RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
+    }
+
+    /// The arguments as Redis strings, for passing on to Redis.
+    pub fn raw_args(&self) -> &[*mut raw::RedisModuleString] {
+        self.raw
+    }
+}
