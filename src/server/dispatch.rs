@@ -8,7 +8,7 @@ use std::ptr::NonNull;
 use redis_module::{raw, Context, RedisString, RedisValue};
 
 use crate::core::errors::LockError;
-use crate::server::{commands, ffi, guard, guarded, reply};
+use crate::server::{commands, ephemeral, ffi, guard, guarded, reply, waiting};
 
 /// What a handler answers: a value to reply with (or `NoReply` when it
 /// replied itself or blocked the client), or an error reply.
@@ -49,6 +49,7 @@ fn dispatch(
     argc: c_int,
     handler: Handler,
     token_at: c_int,
+    writes_lock: bool,
 ) -> c_int {
     let ctx = Context::new(ctx);
     let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
@@ -76,7 +77,15 @@ fn dispatch(
         argv: slices,
         raw: raw_args,
     };
-    let status = match guard::command(|| handler(&call)) {
+    let status = match guard::command(|| {
+        if writes_lock && slices.len() > 1 && ephemeral::orphans() > 0 {
+            // Holds whose connection closed count as gone: released before
+            // the command looks at the lock (the scheduler may not have
+            // come to them yet).
+            ephemeral::release_orphans_of(&ctx, &waiting::lock_id(&ctx, slices[1]));
+        }
+        handler(&call)
+    }) {
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
     };
@@ -101,15 +110,19 @@ fn dispatch(
 }
 
 /// An `extern "C"` entry point for one handler; the argument at
-/// `token_at` (0: none) is a token, redacted from logs.
+/// `token_at` (0: none) is a token, redacted from logs; with
+/// `writes_lock`, the command writes the lock named by its first argument.
 macro_rules! entry {
-    ($handler:path, $token_at:expr) => {{
+    ($handler:path, $token_at:expr) => {
+        entry!($handler, $token_at, false)
+    };
+    ($handler:path, $token_at:expr, $writes_lock:expr) => {{
         extern "C" fn entry(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            dispatch(ctx, argv, argc, $handler, $token_at)
+            dispatch(ctx, argv, argc, $handler, $token_at, $writes_lock)
         }
         entry as ffi::CommandCallback
     }};
@@ -131,7 +144,7 @@ pub fn register(ctx: &Context) -> bool {
         // May create a lock, so refused when memory is full.
         (
             c"lock.acquire",
-            entry!(commands::acquire, 2),
+            entry!(commands::acquire, 2, true),
             c"write deny-oom",
             1,
             1,
@@ -140,7 +153,7 @@ pub fn register(ctx: &Context) -> bool {
         // Free memory or change nothing: never refused for memory.
         (
             c"lock.release",
-            entry!(commands::release, 2),
+            entry!(commands::release, 2, true),
             c"write",
             1,
             1,
@@ -148,7 +161,7 @@ pub fn register(ctx: &Context) -> bool {
         ),
         (
             c"lock.extend",
-            entry!(commands::extend, 2),
+            entry!(commands::extend, 2, true),
             c"write",
             1,
             1,
@@ -164,8 +177,22 @@ pub fn register(ctx: &Context) -> bool {
         ),
         // Guarded writes: the inner command is checked and refused for
         // memory by the inner call itself.
-        (c"lock.call", entry!(guarded::call, 2), c"write", 1, 1, 1),
-        (c"lock.fence", entry!(guarded::fence, 0), c"write", 1, 1, 1),
+        (
+            c"lock.call",
+            entry!(guarded::call, 2, true),
+            c"write",
+            1,
+            1,
+            1,
+        ),
+        (
+            c"lock.fence",
+            entry!(guarded::fence, 0, true),
+            c"write",
+            1,
+            1,
+            1,
+        ),
         (
             c"lock._gate",
             entry!(guarded::apply_gate, 0),
