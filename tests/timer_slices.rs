@@ -324,7 +324,7 @@ fn memory_comes_back_after_many_ephemeral_holds_come_and_go() {
     holder.close();
     wait_client_gone(&mut c, id);
     wait_until("the holds to be released", Duration::from_secs(30), || {
-        stat(&m, "ephemeral_pending") == 0 && stat(&m, "locks") == 0
+        stat(&m, "ephemeral_holds") == 0 && stat(&m, "locks") == 0
     });
     // Redis shrinks its own tables in its cron, a little at a time.
     let limit = 2 << 20;
