@@ -54,7 +54,7 @@ class Server:
                 "--save", "", "--appendonly", "no", "--daemonize", "no",
                 "--dir", self.dir, "--logfile", os.path.join(self.dir, "log")]
         if module:
-            args += ["--loadmodule", module]
+            args += ["--loadmodule", os.path.abspath(module)]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
         for _ in range(200):
@@ -182,44 +182,40 @@ def shared_short_leases(c, n, prefix):
     return server_ms(c) + 3000
 
 
-def scenario_pause(s, n):
+def held_lease_ends(s, n, hold, resume, pause):
+    """N lease ends fall due while `hold` forbids the module's writes; a
+    second after the last, `resume` allows them again."""
     c = s.conn()
     with Pinger(s.port) as p:
-        base = plain_expiry(c, n, pause=True)
+        base = plain_expiry(c, n, pause=pause)
         time.sleep(0.3)
         before = stat(c, "lease_ends")
-        last_end = shared_short_leases(c, n, "sh")
+        last_end = shared_short_leases(c, n, "held")
         t0 = time.monotonic()
-        c.call("CLIENT", "PAUSE", last_end + 700 - server_ms(c), "WRITE")
+        hold(c, last_end)
         jobs = stat(c, "timer_jobs")
         time.sleep(max(0.0, (last_end + 500 - server_ms(c)) / 1000))
         held = stat(c, "timer_jobs") - jobs if jobs >= 0 else "n/a"
+        resume(c)
         wait_for("the lease ends", lambda: stat(c, "lease_ends") - before >= n)
         t1 = time.monotonic() + 0.3
         time.sleep(0.3)
     return p.worst_ms(*base), p.worst_ms(t0, t1), {
-        "jobs_taken_in_pause": held, "passes_cut": stat(c, "timer_passes_cut")}
+        "jobs_taken_while_held": held, "passes_held": stat(c, "timer_passes_held"),
+        "passes_cut": stat(c, "timer_passes_cut")}
+
+
+def scenario_pause(s, n):
+    # The pause ends by itself, 700 ms after the last lease end.
+    return held_lease_ends(
+        s, n, lambda c, last_end: c.call("CLIENT", "PAUSE", last_end + 700 - server_ms(c), "WRITE"),
+        lambda c: None, pause=True)
 
 
 def scenario_minreplicas(s, n):
-    c = s.conn()
-    with Pinger(s.port) as p:
-        base = plain_expiry(c, n)
-        time.sleep(0.3)
-        before = stat(c, "lease_ends")
-        last_end = shared_short_leases(c, n, "mr")
-        t0 = time.monotonic()
-        c.call("CONFIG", "SET", "min-replicas-to-write", 1)
-        jobs = stat(c, "timer_jobs")
-        # Every lease end due, held back for a second, then writes go on.
-        time.sleep(max(0.0, (last_end + 1000 - server_ms(c)) / 1000))
-        held = stat(c, "timer_jobs") - jobs if jobs >= 0 else "n/a"
-        c.call("CONFIG", "SET", "min-replicas-to-write", 0)
-        wait_for("the lease ends", lambda: stat(c, "lease_ends") - before >= n)
-        t1 = time.monotonic() + 0.3
-        time.sleep(0.3)
-    return p.worst_ms(*base), p.worst_ms(t0, t1), {
-        "jobs_taken_while_held": held, "passes_held": stat(c, "timer_passes_held")}
+    return held_lease_ends(
+        s, n, lambda c, _: c.call("CONFIG", "SET", "min-replicas-to-write", 1),
+        lambda c: c.call("CONFIG", "SET", "min-replicas-to-write", 0), pause=False)
 
 
 def scenario_ephemeral(s, n):

@@ -11,6 +11,7 @@ use std::thread;
 use std::time::Duration;
 
 use crate::common::*;
+use crate::resources::used_memory;
 
 fn digest(server: &Server) -> Vec<u8> {
     as_bytes(&ok(&mut server.conn(), &rcmd!("DEBUG", "DIGEST")))
@@ -300,14 +301,6 @@ fn lease_ends_due_during_a_client_pause_stay_in_place_then_run_in_slices() {
 #[test]
 fn lease_ends_due_while_replicas_are_missing_stay_in_place_then_run_in_slices() {
     held_lease_ends_stay_in_place(Held::TooFewReplicas);
-}
-
-fn used_memory(server: &Server) -> i64 {
-    server
-        .info_field("memory", "used_memory")
-        .unwrap()
-        .parse()
-        .unwrap()
 }
 
 /// After 100,000 `EPHEMERAL` holds come and go, the module's indexes give their memory back.

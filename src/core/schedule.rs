@@ -110,11 +110,7 @@ impl<J: Ord + Clone> Schedule<J> {
             .take_while(|(job, _)| take(job))
             .map(|(job, &(at, seq))| (job.clone(), at, seq))
             .collect();
-        for (job, at, seq) in &gone {
-            self.due.remove(job);
-            self.queue.remove(&(*at, *seq, job.clone()));
-        }
-        gone.into_iter().map(|(job, at, _)| (job, at)).collect()
+        self.take_out(gone)
     }
 
     /// Takes out every job `take` says to, with its time (looks at all).
@@ -125,6 +121,10 @@ impl<J: Ord + Clone> Schedule<J> {
             .filter(|(job, _)| take(job))
             .map(|(job, &(at, seq))| (job.clone(), at, seq))
             .collect();
+        self.take_out(gone)
+    }
+
+    fn take_out(&mut self, gone: Vec<(J, i64, u64)>) -> Vec<(J, i64)> {
         for (job, at, seq) in &gone {
             self.due.remove(job);
             self.queue.remove(&(*at, *seq, job.clone()));
