@@ -97,9 +97,32 @@ echo "bench: server with module on 127.0.0.1:$NATIVE_PORT, without on 127.0.0.1:
 
 # In the background, so that a signal runs the trap at once (bash defers
 # traps until a foreground child exits); its exit status is ours.
-python3 "$ROOT/bench/suite.py" \
-    --native-port "$NATIVE_PORT" --plain-port "$PLAIN_PORT" \
-    --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
-    --client-cpus "$CLIENT_CPUS" --only "${BENCH_ONLY:-}" &
-DRIVER=$!
-wait "$DRIVER"
+if [ "${BENCH_ONLY:-}" != stalls ]; then
+    python3 "$ROOT/bench/suite.py" \
+        --native-port "$NATIVE_PORT" --plain-port "$PLAIN_PORT" \
+        --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
+        --client-cpus "$CLIENT_CPUS" --only "${BENCH_ONLY:-}" &
+    DRIVER=$!
+    wait "$DRIVER"
+    DRIVER=""
+fi
+
+# Stalls (bench/stalls.py, servers of its own): the worst PING while the
+# module works outside a command, next to the server's own expiry of as many
+# plain keys; on every server of the matrix (scripts/servers.sh; redis-server
+# alone when scripts/clients.sh has not installed the others). Writes
+# bench/stalls.md (a scenario over the margin is marked OVER).
+# BENCH_ONLY=stalls runs this part alone; REDISLOCK_SERVERS replaces the list.
+if ! mapfile -t servers < <(scripts/servers.sh 2>/dev/null) || ((${#servers[@]} == 0)); then
+    servers=(redis-server)
+fi
+: >"$ROOT/bench/stalls.md"
+status=0
+for server in "${servers[@]}"; do
+    python3 "$ROOT/bench/stalls.py" --server "$server" \
+        --module "$WORK/libredislock.so" --out "$ROOT/bench/stalls.md" &
+    DRIVER=$!
+    wait "$DRIVER" || status=1
+    DRIVER=""
+done
+exit "$status"

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-fn used_memory(server: &Server) -> i64 {
+pub fn used_memory(server: &Server) -> i64 {
     server
         .info_field("memory", "used_memory")
         .unwrap()

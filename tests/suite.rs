@@ -28,3 +28,4 @@ mod replication;
 mod resources;
 mod restore_fuzz;
 mod server_states;
+mod timer_slices;

@@ -3,6 +3,8 @@
 //! Everything here is plain Rust, tested with `cargo test`.
 
 pub mod args;
+pub mod bindings;
+pub mod budget;
 pub mod effects;
 pub mod errors;
 pub mod fence;

@@ -23,7 +23,7 @@ use crate::server::ffi::{self, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::reply::{self, Field};
 use crate::server::scheduler::{self, Job};
-use crate::server::{config, ephemeral, lockops, state, stats, waiting};
+use crate::server::{config, ephemeral, gate, lockops, state, stats, waiting};
 
 /// The lock on an open key (exclusive or a gate only), or WRONGTYPE.
 fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
@@ -207,8 +207,16 @@ pub fn info(call: &Call) -> Reply {
     let now = ffi::now_ms();
     let ttl = key.ttl_ms().unwrap_or(-1);
     let waiters = Field::Int(waiting::count(ctx, argv[1]) as i64);
+    // A hold whose connection closed is gone, though its release may still
+    // be to come; while the server's state holds writes back, it stays.
+    let gone = |token: &[u8], fence: u64| {
+        ephemeral::orphans() > 0
+            && ephemeral::is_orphan(&id, token, fence)
+            && gate::may_write(ctx).is_ok()
+    };
     match held(&key)? {
         Held::Free => Ok(RedisValue::Null),
+        Held::Exclusive(lock) if gone(lock.token(), lock.fence()) => Ok(RedisValue::Null),
         Held::Exclusive(lock) => {
             let client = ephemeral::client_of(&id, lock.token(), lock.fence()) as i64;
             let holder = [
@@ -234,7 +242,7 @@ pub fn info(call: &Call) -> Reply {
             let live: Vec<_> = h
                 .by_fence()
                 .into_iter()
-                .filter(|(_, x)| !holders::ended(x.expire_at, now))
+                .filter(|(token, x)| !holders::ended(x.expire_at, now) && !gone(token, x.fence))
                 .map(|(token, x)| {
                     let client = ephemeral::client_of(&id, token, x.fence) as i64;
                     [

@@ -9,7 +9,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::effects;
 use crate::server::command::{Call, Reply};
 use crate::server::command_docs::{self as docs, Doc};
-use crate::server::{commands, ffi, guard, guarded, reply};
+use crate::server::{commands, ephemeral, ffi, guard, guarded, reply, waiting};
 
 type Handler = fn(&Call) -> Reply;
 
@@ -25,6 +25,7 @@ fn dispatch(
     argc: c_int,
     handler: Handler,
     token_at: c_int,
+    writes_lock: bool,
 ) -> c_int {
     let ctx = Context::new(ctx);
     let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
@@ -48,7 +49,15 @@ fn dispatch(
         &heap
     };
     let call = Call::new(&ctx, slices, raw_args);
-    let status = match guard::command(|| handler(&call)) {
+    let status = match guard::command(|| {
+        if writes_lock && slices.len() > 1 && ephemeral::orphans() > 0 {
+            // Holds whose connection closed count as gone: released before
+            // the command looks at the lock (the scheduler may not have
+            // come to them yet).
+            ephemeral::release_orphans_of(&ctx, &waiting::lock_id(&ctx, slices[1]));
+        }
+        handler(&call)
+    }) {
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
     };
@@ -66,15 +75,19 @@ fn dispatch(
 }
 
 /// An `extern "C"` entry point for one handler; the argument at
-/// `token_at` (0: none) is a token, redacted from logs.
+/// `token_at` (0: none) is a token, redacted from logs; with
+/// `writes_lock`, the command writes the lock named by its first argument.
 macro_rules! entry {
-    ($handler:path, $token_at:expr) => {{
+    ($handler:path, $token_at:expr) => {
+        entry!($handler, $token_at, false)
+    };
+    ($handler:path, $token_at:expr, $writes_lock:expr) => {{
         extern "C" fn entry(
             ctx: *mut raw::RedisModuleCtx,
             argv: *mut *mut raw::RedisModuleString,
             argc: c_int,
         ) -> c_int {
-            dispatch(ctx, argv, argc, $handler, $token_at)
+            dispatch(ctx, argv, argc, $handler, $token_at, $writes_lock)
         }
         entry as ffi::CommandCallback
     }};
@@ -111,20 +124,20 @@ fn commands() -> [Command; 10] {
         // May create a lock, so refused when memory is full.
         command(
             c"lock.acquire",
-            entry!(commands::acquire, 2),
+            entry!(commands::acquire, 2, true),
             c"write deny-oom",
             Some(&docs::ACQUIRE),
         ),
         // Free memory or change nothing: never refused for memory.
         command(
             c"lock.release",
-            entry!(commands::release, 2),
+            entry!(commands::release, 2, true),
             c"write",
             Some(&docs::RELEASE),
         ),
         command(
             c"lock.extend",
-            entry!(commands::extend, 2),
+            entry!(commands::extend, 2, true),
             c"write",
             Some(&docs::EXTEND),
         ),
@@ -138,13 +151,13 @@ fn commands() -> [Command; 10] {
         // memory by the inner call itself.
         command(
             c"lock.call",
-            entry!(guarded::call, 2),
+            entry!(guarded::call, 2, true),
             c"write",
             Some(&docs::CALL),
         ),
         command(
             c"lock.fence",
-            entry!(guarded::fence, 0),
+            entry!(guarded::fence, 0, true),
             c"write",
             Some(&docs::FENCE),
         ),

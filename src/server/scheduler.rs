@@ -2,28 +2,37 @@
 //! the earliest job of one schedule: a lock to look at again (a holder's
 //! expiry while clients wait, a handoff after a deletion or a flush), the
 //! next lease to end among a shared lock's or semaphore's holders, a
-//! waiter's deadline, a grant to revoke, an epoch to propagate.
+//! waiter's deadline, a grant to revoke, an epoch to propagate; and the
+//! release of closed connections' `EPHEMERAL` holds.
 //!
 //! One job per lock and per waiter at most, replaced rather than added to,
 //! and forgotten with the lock or waiter; one timer for all of them,
 //! whose period is clamped (a far deadline is reached by re-arming, never
-//! by a period that wraps around). Writing jobs check the server's state
-//! first and wait while it forbids writes; they never run in the same pass
-//! that scheduled them, so no job can spin the event loop.
+//! by a period that wraps around).
+//!
+//! A pass is time-sliced like Redis's own active expiry: it runs due work
+//! for about a millisecond and leaves the rest where it is, for the next
+//! pass in the next turn of the event loop, so clients are served in
+//! between. Whether the server's state allows writing is decided once per
+//! pass; while it does not, writing jobs stay in the schedule untouched and
+//! the timer looks again a little later (deadlines, which write nothing,
+//! keep their times). A pass runs only jobs scheduled before it began, so
+//! no job can spin the event loop.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::ffi::c_void;
 
 use redis_module::{raw, Context};
 
+use crate::core::budget::{Budget, SLICE};
 use crate::core::schedule::Schedule;
 use crate::server::ffi::{self, BlockedHandle, TimerId};
 use crate::server::gate::{self, Hold};
 use crate::server::waiting::{self, LockId};
-use crate::server::{guard, lockops, state};
+use crate::server::{ephemeral, guard, lockops, state, stats};
 
-/// How soon a write held back by the server's state is tried again.
+/// How soon writes held back by the server's state are tried again.
 pub const RETRY_MS: i64 = 10;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -43,21 +52,35 @@ pub enum Job {
 
 thread_local! {
     // Redis calls modules on its main thread only.
-    static SCHEDULE: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
+    /// Every job but the deadlines: they write, so they wait while the
+    /// server's state forbids writing.
+    static WRITES: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
+    /// Waiters' deadlines: answering nil writes nothing, so they run in
+    /// any state.
+    static DEADLINES: RefCell<Schedule<BlockedHandle>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
+    /// The server's state held writes back: not looked at again before then.
+    static HELD_UNTIL: Cell<Option<i64>> = const { Cell::new(None) };
     /// Lease ends that fell due while this server was a replica (its master
     /// ends them): looked at again if it is promoted.
-    static PARKED: RefCell<HashSet<LockId>> = RefCell::new(HashSet::new());
+    static PARKED: RefCell<BTreeSet<LockId>> = const { RefCell::new(BTreeSet::new()) };
 }
 
-fn with<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
-    SCHEDULE.with(|s| f(&mut s.borrow_mut()))
+fn writes<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
+    WRITES.with(|s| f(&mut s.borrow_mut()))
+}
+
+fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedHandle>) -> R) -> R {
+    DEADLINES.with(|s| f(&mut s.borrow_mut()))
 }
 
 /// Runs `job` at Unix time `at_ms`, or earlier if it was due earlier.
 pub fn at(ctx: &Context, job: Job, at_ms: i64) {
-    with(|s| s.set_earlier(job, at_ms));
+    match job {
+        Job::Deadline(handle) => deadlines(|s| s.set_earlier(handle, at_ms)),
+        job => writes(|s| s.set_earlier(job, at_ms)),
+    };
     rearm(ctx);
 }
 
@@ -66,62 +89,104 @@ pub fn soon(ctx: &Context, job: Job) {
     at(ctx, job, ffi::now_ms());
 }
 
+/// Closed connections left holds to release: the next pass starts on them.
+pub fn orphans_pending(ctx: &Context) {
+    rearm(ctx);
+}
+
 /// Forgets `job`; the timer goes too once nothing is pending. (A timer armed
 /// for a job cancelled while others remain fires once, finds nothing due,
 /// and is re-armed for what is left.)
 pub fn cancel(job: &Job) {
-    if let Job::Leases(id) = job {
-        PARKED.with(|p| {
-            let mut p = p.borrow_mut();
-            if !p.is_empty() {
-                p.remove(id);
-            }
-        });
+    let cancelled = match job {
+        Job::Deadline(handle) => deadlines(|s| s.cancel(handle)),
+        Job::Leases(id) => {
+            PARKED.with(|p| {
+                let mut p = p.borrow_mut();
+                if !p.is_empty() {
+                    p.remove(id);
+                }
+            });
+            writes(|s| s.cancel(job))
+        }
+        job => writes(|s| s.cancel(job)),
+    };
+    if cancelled {
+        stop_if_idle();
     }
-    let emptied = with(|s| s.cancel(job) && s.is_empty());
-    if emptied && ARMED.with(Cell::get).is_some() {
+}
+
+fn idle() -> bool {
+    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && ephemeral::orphans() == 0
+}
+
+fn stop_if_idle() {
+    if idle() && ARMED.with(Cell::get).is_some() {
         if let Some(ctx) = state::detached_context() {
             rearm(&ctx);
         }
     }
 }
 
+/// The lease-end jobs of database `db` (-1: all), taken out of the
+/// schedule with their times; only that database's are looked at.
+fn take_leases_of(db: i32) -> Vec<(LockId, i64)> {
+    let first = Job::Leases((if db == -1 { i32::MIN } else { db }, Vec::new()));
+    let of_db = |job: &Job| matches!(job, Job::Leases((d, _)) if db == -1 || *d == db);
+    writes(|s| s.cancel_from(&first, of_db))
+        .into_iter()
+        .filter_map(|(job, at)| match job {
+            Job::Leases(id) => Some((id, at)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The parked lease ends of database `db`, taken out.
+fn take_parked_of(db: i32) -> Vec<LockId> {
+    PARKED.with(|p| {
+        let mut p = p.borrow_mut();
+        if p.is_empty() {
+            return Vec::new();
+        }
+        let ids: Vec<LockId> = p
+            .range((db, Vec::new())..)
+            .take_while(|(d, _)| *d == db)
+            .cloned()
+            .collect();
+        for id in &ids {
+            p.remove(id);
+        }
+        ids
+    })
+}
+
 /// Forgets the lease-end jobs of the locks in the flushed database(s)
 /// (`db` -1: all); the holders went with the flush.
 pub fn forget_leases_in(db: i32) {
-    let flushed = |id: &LockId| db == -1 || id.0 == db;
-    with(|s| s.cancel_where(|job| matches!(job, Job::Leases(id) if flushed(id))));
-    PARKED.with(|p| p.borrow_mut().retain(|id| !flushed(id)));
-    if with(|s| s.is_empty()) && ARMED.with(Cell::get).is_some() {
-        if let Some(ctx) = state::detached_context() {
-            rearm(&ctx);
-        }
+    take_leases_of(db);
+    if db == -1 {
+        PARKED.with(|p| p.borrow_mut().clear());
+    } else {
+        take_parked_of(db);
     }
+    stop_if_idle();
 }
 
 /// SWAPDB exchanged two databases: the looks at lease ends follow their
 /// keys.
 pub fn swap_leases(first: i32, second: i32) {
     let swapped = |db: i32| if db == first { second } else { first };
-    let moved = with(|s| {
-        s.cancel_where(|job| matches!(job, Job::Leases((d, _)) if *d == first || *d == second))
-    });
-    for (job, at) in moved {
-        if let Job::Leases((db, name)) = job {
-            with(|s| s.set_earlier(Job::Leases((swapped(db), name)), at));
-        }
+    let mut moved = take_leases_of(first);
+    moved.extend(take_leases_of(second));
+    for ((db, name), at) in moved {
+        writes(|s| s.set_earlier(Job::Leases((swapped(db), name)), at));
     }
+    let mut parked = take_parked_of(first);
+    parked.extend(take_parked_of(second));
     PARKED.with(|p| {
-        let mut p = p.borrow_mut();
-        let moved: Vec<LockId> = p
-            .iter()
-            .filter(|(d, _)| *d == first || *d == second)
-            .cloned()
-            .collect();
-        for id in moved {
-            p.remove(&id);
-            p.insert((swapped(id.0), id.1));
-        }
+        p.borrow_mut()
+            .extend(parked.into_iter().map(|(db, name)| (swapped(db), name)))
     });
 }
 
@@ -129,22 +194,42 @@ pub fn swap_leases(first: i32, second: i32) {
 /// its own again.
 pub fn unpark(ctx: &Context) {
     let parked = PARKED.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    for id in parked {
-        soon(ctx, Job::Leases(id));
-    }
+    let now = ffi::now_ms();
+    writes(|s| {
+        for id in parked {
+            s.set_earlier(Job::Leases(id), now);
+        }
+    });
+    rearm(ctx);
 }
 
 /// Jobs pending, and Redis timers armed (0 or 1), for `INFO redislock`.
 pub fn pending() -> (usize, usize) {
     (
-        with(|s| s.len()),
+        writes(|s| s.len()) + deadlines(|s| s.len()),
         ARMED.with(|a| usize::from(a.get().is_some())),
     )
 }
 
+/// When the writing work is next to run: its earliest job (now, if
+/// orphans wait), not before the server's state is looked at again.
+fn next_write() -> Option<i64> {
+    let next = writes(|s| s.earliest());
+    let next = if ephemeral::orphans() > 0 {
+        Some(next.map_or(ffi::now_ms(), |at| at.min(ffi::now_ms())))
+    } else {
+        next
+    };
+    let held = HELD_UNTIL.with(Cell::get);
+    next.map(|at| held.map_or(at, |h| at.max(h)))
+}
+
 /// Makes the one timer fire at the earliest job; stops it when none is left.
 fn rearm(ctx: &Context) {
-    let earliest = with(|s| s.earliest());
+    let earliest = match (deadlines(|s| s.earliest()), next_write()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
     let armed = ARMED.with(Cell::get);
     match (armed, earliest) {
         (Some((fires, _)), Some(next)) if fires <= next => {}
@@ -171,40 +256,117 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     let ctx = Context::new(ctx);
     guard::callback((), || {
         ARMED.with(|a| a.set(None));
-        // Only what is due now: a job scheduled while these run waits for
-        // the next pass.
-        let jobs = with(|s| s.pop_due(ffi::now_ms()));
-        for job in jobs {
-            guard::callback((), || run(&ctx, job));
-        }
+        pass(&ctx);
+        settle_freed_memory();
     });
     guard::callback((), || rearm(&ctx));
 }
 
-fn run(ctx: &Context, job: Job) {
-    if let Job::Deadline(handle) = job {
-        // Answering nil writes nothing: allowed in any state.
+/// A pass frees many small blocks (released holds, deleted keys). With
+/// glibc's malloc (Valkey's default build) they pile up in its fast bins,
+/// and the next large free anywhere in the server merges them all at once:
+/// 50 ms after 85,000 released holds. A request above the small-bin range
+/// makes glibc merge them now, a pass's worth at a time; other allocators
+/// just serve and free one block.
+fn settle_freed_memory() {
+    drop(std::hint::black_box(Vec::<u8>::with_capacity(4096)));
+}
+
+/// One pass: what is due, for one slice of time. What is left is due
+/// still, so the timer is re-armed for the next turn of the event loop.
+fn pass(ctx: &Context) {
+    let budget = Budget::new(SLICE);
+    let now = ffi::now_ms();
+    stats::TIMER_PASSES.bump();
+    let mut cut = false;
+    // Deadlines first: they are cheap, and a wait must not outlive its
+    // timeout because writes queue up.
+    let mark = deadlines(|s| s.mark());
+    loop {
+        if budget.spent() {
+            cut = true;
+            break;
+        }
+        let Some(handle) = deadlines(|s| s.pop_before(now, mark)) else {
+            break;
+        };
         waiting::on_deadline(handle);
+    }
+    let writes_due =
+        writes(|s| s.earliest()).is_some_and(|at| at <= now) || ephemeral::orphans() > 0;
+    let held = HELD_UNTIL.with(Cell::get).is_some_and(|h| h > now);
+    if cut || !writes_due || held {
+        if cut {
+            stats::TIMER_PASSES_CUT.bump();
+        }
         return;
     }
+    // The server's state, once for the whole pass.
     match gate::may_write(ctx) {
-        Ok(()) => {}
+        Ok(()) => {
+            HELD_UNTIL.with(|h| h.set(None));
+            if write_slice(ctx, now, &budget) {
+                stats::TIMER_PASSES_CUT.bump();
+            }
+        }
         // A replica writes only what its master sends: its waiters were
         // already answered on demotion, a grant it made is its master's
         // business now, and the epoch is its master's. Lease ends wait for
         // a promotion.
         Err(Hold::Replica) => {
-            if let Job::Leases(id) = job {
-                PARKED.with(|p| p.borrow_mut().insert(id));
+            HELD_UNTIL.with(|h| h.set(None));
+            ephemeral::unbind_all();
+            if park_slice(now, &budget) {
+                stats::TIMER_PASSES_CUT.bump();
             }
-            return;
         }
+        // Paused, loading, too few replicas: everything stays as it is,
+        // looked at again a little later.
         Err(_) => {
-            let retry = ffi::now_ms().saturating_add(RETRY_MS);
-            with(|s| s.set_earlier(job, retry));
-            return;
+            stats::TIMER_PASSES_HELD.bump();
+            HELD_UNTIL.with(|h| h.set(Some(now.saturating_add(RETRY_MS))));
         }
     }
+}
+
+/// Runs due writing jobs and releases closed connections' holds, one of
+/// each in turn, until the budget is spent; true if it was, with work left.
+fn write_slice(ctx: &Context, now: i64, budget: &Budget) -> bool {
+    let mark = writes(|s| s.mark());
+    loop {
+        let job = writes(|s| s.pop_before(now, mark));
+        let ran_job = job.is_some();
+        if let Some(job) = job {
+            stats::TIMER_JOBS.bump();
+            guard::callback((), || run(ctx, job));
+        }
+        let released = guard::callback(false, || ephemeral::release_next_orphan(ctx));
+        if !ran_job && !released {
+            return false;
+        }
+        if budget.spent() {
+            return true;
+        }
+    }
+}
+
+/// On a replica: due lease ends are parked, other due jobs dropped, until
+/// the budget is spent; true if it was, with work left.
+fn park_slice(now: i64, budget: &Budget) -> bool {
+    let mark = writes(|s| s.mark());
+    while let Some(job) = writes(|s| s.pop_before(now, mark)) {
+        stats::TIMER_JOBS.bump();
+        if let Job::Leases(id) = job {
+            PARKED.with(|p| p.borrow_mut().insert(id));
+        }
+        if budget.spent() {
+            return true;
+        }
+    }
+    false
+}
+
+fn run(ctx: &Context, job: Job) {
     match job {
         Job::Serve(id) => waiting::serve_id(ctx, &id),
         Job::Leases(id) => lockops::tend(ctx, &id),
@@ -215,6 +377,7 @@ fn run(ctx: &Context, job: Job) {
                 ffi::replicate_epoch(ctx, epoch);
             }
         }
-        Job::Deadline(_) => {}
+        // Kept in their own schedule.
+        Job::Deadline(handle) => waiting::on_deadline(handle),
     }
 }

@@ -51,6 +51,14 @@ pub static CALLS_NOT_OWNER: Counter = Counter::new();
 /// `LOCK.FENCE` commands run, and refused for a stale fence.
 pub static FENCES_ACCEPTED: Counter = Counter::new();
 pub static FENCES_STALE: Counter = Counter::new();
+/// Passes of the module's timer; those cut short when their time slice
+/// was spent (the rest followed in the next pass); those in which the
+/// server's state held every write back (nothing was taken out).
+pub static TIMER_PASSES: Counter = Counter::new();
+pub static TIMER_PASSES_CUT: Counter = Counter::new();
+pub static TIMER_PASSES_HELD: Counter = Counter::new();
+/// Writing jobs taken out of the schedule by the timer.
+pub static TIMER_JOBS: Counter = Counter::new();
 /// Locks removed by Redis because their TTL passed.
 pub static EXPIRED: Counter = Counter::new();
 
@@ -110,6 +118,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
             int("ephemeral_holds", ephemeral::count() as i64);
+            // Holds of closed connections whose release is still to come.
+            int("ephemeral_pending", ephemeral::orphans() as i64);
             // Work pending in the scheduler (at most one job per lock with
             // waiters and per waiter), and the Redis timers behind it (0 or 1).
             let (jobs, timers) = scheduler::pending();
@@ -130,6 +140,10 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
             ("wait_timeouts", &WAIT_TIMEOUTS),
             ("expired", &EXPIRED),
             ("ephemeral_releases", &EPHEMERAL_RELEASES),
+            ("timer_passes", &TIMER_PASSES),
+            ("timer_passes_cut", &TIMER_PASSES_CUT),
+            ("timer_passes_held", &TIMER_PASSES_HELD),
+            ("timer_jobs", &TIMER_JOBS),
             ("calls", &CALLS),
             ("calls_not_owner", &CALLS_NOT_OWNER),
             ("fences_accepted", &FENCES_ACCEPTED),

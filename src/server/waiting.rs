@@ -158,6 +158,12 @@ pub fn serve(ctx: &Context, name: &RedisString) {
     if with(|w| w.count(&id)) == 0 {
         return;
     }
+    // Holds whose connection closed are gone: their room goes to the
+    // waiters now, not when the scheduler comes to them.
+    ephemeral::release_orphans_of(ctx, &id);
+    if with(|w| w.count(&id)) == 0 {
+        return;
+    }
     let key = LockKey::open(ctx, name, true);
     if key.kind() == KeyKind::Empty && !cluster::may_hand_off_here(ctx, name) {
         drop(key);
@@ -324,7 +330,7 @@ pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool) {
 
 /// A server that becomes a replica grants nothing: its waiters are told so.
 pub fn on_demoted() {
-    ephemeral::unbind_where(|_| true);
+    ephemeral::unbind_all();
     let refused = with(|w| w.refuse_everyone(Refusal::Demoted));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
@@ -335,8 +341,12 @@ pub fn on_demoted() {
 /// SWAPDB exchanges two databases without key events: every lock with
 /// waiters in either is looked at again.
 pub fn on_swapped(first: i32, second: i32) {
-    ephemeral::unbind_where(|(d, _)| *d == first || *d == second);
+    ephemeral::unbind_db(first);
+    ephemeral::unbind_db(second);
     scheduler::swap_leases(first, second);
+    if with(|w| w.is_empty()) {
+        return;
+    }
     let ids = with(|w| w.locks_where(|(d, _)| *d == first || *d == second));
     ids.into_iter().for_each(serve_soon);
 }
@@ -344,8 +354,11 @@ pub fn on_swapped(first: i32, second: i32) {
 /// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in
 /// the flushed database(s) once the flush is done.
 pub fn on_flushed(db: i32) {
-    ephemeral::unbind_where(|(d, _)| db == -1 || *d == db);
+    ephemeral::unbind_db(db);
     scheduler::forget_leases_in(db);
+    if with(|w| w.is_empty()) {
+        return;
+    }
     let ids = with(|w| w.locks_where(|(d, _)| db == -1 || *d == db));
     ids.into_iter().for_each(serve_soon);
 }
