@@ -2,7 +2,8 @@
 # `make stress`: the long reliability runs, one heavy thing at a time, then a summary.
 #
 #   1. torture     tests/torture.rs for STRESS_TORTURE_SECS (default 240) with
-#                  STRESS_TORTURE_WORKERS clients (default 16): mutual exclusion, fences, fairness
+#                  STRESS_TORTURE_WORKERS clients (default 16): mutual exclusion, fences, fairness;
+#                  then at its short length on the other servers of the matrix
 #   2. fuzz        the fuzz/ targets (args, record, fence): the seeded random driver for
 #                  STRESS_FUZZ_ITERS cases each (default 2000000), then libFuzzer through
 #                  cargo-fuzz for STRESS_FUZZ_SECS each (default 45; 0 skips it)
@@ -69,6 +70,21 @@ if [ $rc -eq 0 ]; then
 else
     fail "torture (exit $rc, violations ${line##*violations=}); see $logs/torture.log"
 fi
+
+# 1b. The torture test, at its make-test length, on the other servers of the matrix (make test
+# runs it on the first only).
+n=0
+for server in $(scripts/servers.sh --others 2>/dev/null); do
+    label=$("$server" --version | cut -d' ' -f1-3)
+    n=$((n + 1))
+    log="$logs/torture-server-$n.log"
+    t0=$(date +%s)
+    if REDIS_SERVER=$server cargo test --release --test torture -- --nocapture >"$log" 2>&1; then
+        result "torture on $label: violations $(field TORTURE-SUMMARY "$log" violations) [$(elapsed $t0)s]"
+    else
+        fail "torture on $label; see $log"
+    fi
+done
 
 # 2. Fuzz targets -------------------------------------------------------------------------
 note "fuzz targets: random driver, $FUZZ_ITERS cases each"
