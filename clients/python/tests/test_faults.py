@@ -49,6 +49,11 @@ def waiters(r, name):
     return 0 if info is None else info["waiters"]
 
 
+def acquires(r):
+    """LOCK.ACQUIRE calls the server has run so far."""
+    return r.info("commandstats").get("cmdstat_lock.acquire", {}).get("calls", 0)
+
+
 def blocked(r):
     """Ids of the connections waiting in LOCK.ACQUIRE … BLOCK."""
     return {c["id"] for c in r.client_list() if c.get("cmd") == "lock.acquire" and "b" in c.get("flags", "")}
@@ -154,6 +159,7 @@ def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
     # read timeout must neither fail nor be re-sent (which would lose its place in the queue).
     holder = redislock.Lock(r, "f:long", timeout=10)
     assert holder.acquire()
+    sent_before = acquires(r)
     order = []
 
     def wait(tag):
@@ -170,6 +176,7 @@ def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
     wait_for(lambda: waiters(r, "f:long") == 2)
     time.sleep(0.7)  # past two read timeouts of both waiters: what is being tested
     assert waiters(r, "f:long") == 2
+    assert acquires(r) - sent_before == 2, "a wait was sent again"
     holder.release()
     first.join(5)
     second.join(5)
