@@ -49,11 +49,6 @@ def waiters(r, name):
     return 0 if info is None else info["waiters"]
 
 
-def acquires(r):
-    """LOCK.ACQUIRE calls the server has run so far."""
-    return r.info("commandstats").get("cmdstat_lock.acquire", {}).get("calls", 0)
-
-
 def blocked(r):
     """Ids of the connections waiting in LOCK.ACQUIRE … BLOCK."""
     return {c["id"] for c in r.client_list() if c.get("cmd") == "lock.acquire" and "b" in c.get("flags", "")}
@@ -159,7 +154,6 @@ def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
     # read timeout must neither fail nor be re-sent (which would lose its place in the queue).
     holder = redislock.Lock(r, "f:long", timeout=10)
     assert holder.acquire()
-    sent_before = acquires(r)
     order = []
 
     def wait(tag):
@@ -174,9 +168,11 @@ def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
     second = threading.Thread(target=wait, args=("second",))
     second.start()
     wait_for(lambda: waiters(r, "f:long") == 2)
+    queued = blocked(r)
     time.sleep(0.7)  # past two read timeouts of both waiters: what is being tested
-    assert waiters(r, "f:long") == 2
-    assert acquires(r) - sent_before == 2, "a wait was sent again"
+    # The same two connections still wait: no wait was sent again (a re-sent one comes on a
+    # new connection, after the old one closed).
+    assert blocked(r) == queued and len(queued) == 2
     holder.release()
     first.join(5)
     second.join(5)
@@ -197,25 +193,30 @@ def test_a_wait_whose_connection_is_cut_is_queued_again_once_within_its_timeout(
             result["error"] = err
         result["took"] = time.monotonic() - started
 
+    # Connections are told apart by id: a cut one may stay listed as blocked for a while
+    # (Valkey lists it until its BLOCK times out, though LOCK.INFO no longer counts it).
     t = threading.Thread(target=wait)
     t.start()
-    wait_for(lambda: len(blocked(r)) == 1)
-    first = blocked(r)
+    wait_for(lambda: blocked(r))
+    seen = blocked(r)
     proxy.cut()
-    wait_for(lambda: len(blocked(r)) == 1 and blocked(r) != first)  # queued again, time left
+    wait_for(lambda: blocked(r) - seen)  # queued again, with the time left
     t.join(5)
     assert result.get("granted") is False, result
     assert result["took"] < 2.0
     # A second cut during the same wait raises instead of queueing yet again.
+    result.clear()
+    seen = blocked(r)
     t = threading.Thread(target=wait)
     t.start()
-    wait_for(lambda: len(blocked(r)) == 1)
-    first = blocked(r)
+    wait_for(lambda: blocked(r) - seen)
+    seen = blocked(r)
     proxy.cut()
-    wait_for(lambda: len(blocked(r)) == 1 and blocked(r) != first)
+    wait_for(lambda: blocked(r) - seen)
     proxy.cut()
     t.join(5)
     assert isinstance(result.get("error"), ConnectionError), result
+    assert result["took"] < 2.0, result
     assert waiters(r, "f:cut") == 0
 
 
