@@ -276,7 +276,7 @@ class Lock:
         return self.local.token
 
     async def info(self) -> Optional[LockInfo]:
-        return parse_info(await self.redis.execute_command("LOCK.INFO", self.name))
+        return parse_info(await self._send(["LOCK.INFO", self.name], self._link_timeout()))
 
     async def call(self, *command: EncodableT) -> Any:
         token = self.local.token
@@ -285,7 +285,9 @@ class Lock:
         if not command:
             raise ValueError("call() needs a command")
         try:
-            return await self.redis.execute_command("LOCK.CALL", self.name, token, *command)
+            return await self._send(
+                ["LOCK.CALL", self.name, token, *command], self._link_timeout(), idempotent=False
+            )
         except ResponseError as err:
             raise translate(err, self.name, "call") from err
 

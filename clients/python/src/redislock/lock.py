@@ -435,18 +435,21 @@ class Lock:
     def info(self) -> Optional[LockInfo]:
         """LOCK.INFO: mode, ttl (ms), waiters, holders (and token, fence of an exclusive lock;
         limit of a semaphore); None when nobody holds the lock."""
-        return parse_info(self.redis.execute_command("LOCK.INFO", self.name))
+        return parse_info(self._send(["LOCK.INFO", self.name], self._link_timeout()))
 
     def call(self, *command: EncodableT) -> Any:
         """Run ``command`` atomically if this lock's token still holds it (LOCK.CALL); its reply
-        as is. ``LockNotOwnedError`` if the hold is gone."""
+        as is. ``LockNotOwnedError`` if the hold is gone. Sent once, never retried: a command
+        whose answer was lost may have run."""
         token = self.local.token
         if token is None:
             raise lock_error(LockError, "Cannot call through an unlocked lock", self.name)
         if not command:
             raise ValueError("call() needs a command")
         try:
-            return self.redis.execute_command("LOCK.CALL", self.name, token, *command)
+            return self._send(
+                ["LOCK.CALL", self.name, token, *command], self._link_timeout(), idempotent=False
+            )
         except ResponseError as err:
             raise translate(err, self.name, "call") from err
 
