@@ -117,7 +117,7 @@ for (const lib of LIBRARIES) {
     test("a slow network (200 ms each way) keeps the lease", async () => {
       proxy.slow(200);
       await locker.using(key("slow"), LEASE, { wait: 3000 }, async (signal) => {
-        await sleep(2 * LEASE);
+        await sleep(1.5 * LEASE);
         assert.equal(signal.aborted, false);
         assert.equal(await other.tryAcquire(key("slow"), 1000), null);
       });
