@@ -16,6 +16,11 @@ export interface AcquireOptions {
   limit?: number;
   /** Released when the connection that asked closes (EPHEMERAL). */
   ephemeral?: boolean;
+  /**
+   * Ends a wait: its connection is closed (the server drops the waiter at once) and the call
+   * rejects with the signal's reason. An already aborted signal rejects before anything is sent.
+   */
+  signal?: AbortSignal;
 }
 
 /** One holder of a lock, as LOCK.INFO lists it. */
@@ -54,11 +59,22 @@ export declare class Hold {
   readonly fence: bigint;
   /** The lease's TTL in ms, as last set. */
   readonly ttl: number;
-  /** Local estimate of the lease's end, ms since the epoch. */
+  /**
+   * The lease's conservative local end, ms since the epoch: counted from the moment the request
+   * that set the lease was sent, a little short of the TTL (clock drift).
+   */
   readonly expiration: number;
-  /** Resets the lease to `ttlMs` from now (default: the last TTL). Rejects with LockLostError if the hold is gone. */
-  extend(ttlMs?: number): Promise<Hold>;
-  /** Gives the lock back: true if it was still held, false if it had been lost already. */
+  /** Milliseconds left on the lease by the local clock; 0 once it ran out. */
+  readonly leaseLeft: number;
+  /**
+   * Resets the lease to `ttlMs` from now (default: the last TTL). Rejects with LockLostError if the
+   * hold is gone, LockTimeoutError without an answer within `timeoutMs` (default: the lease time left, at least 1 s).
+   */
+  extend(ttlMs?: number, timeoutMs?: number): Promise<Hold>;
+  /**
+   * Gives the lock back: true if it was still held, false if it had been lost already.
+   * LockTimeoutError without an answer within the lease time left (at least 1 s); it can be called again.
+   */
   release(): Promise<boolean>;
   /** True if the key still has this hold (its token among the holders, with this fence). */
   owned(): Promise<boolean>;
@@ -74,7 +90,9 @@ export declare class Locker {
   tryAcquire(name: string, ttlMs: number, opts?: AcquireOptions): Promise<Hold | null>;
   /**
    * Runs `routine` while holding the lock, renewing it every third of `ttlMs`; `signal` is
-   * aborted (reason: LockLostError) the moment a renewal finds the hold gone. Releases at the end.
+   * aborted (reason: LockLostError) when a renewal finds the hold gone, or at the lease's
+   * conservative local end when no renewal was answered: before the server can grant the lock
+   * to anyone else. Releases at the end (bounded: the lease time left, at least 1 s).
    */
   using<T>(name: string, ttlMs: number, routine: (signal: AbortSignal, hold: Hold) => Promise<T>): Promise<T>;
   using<T>(
@@ -89,7 +107,7 @@ export declare class Locker {
   fenced(gate: string, fence: bigint | number | string, ...command: Arg[]): Promise<unknown>;
   /** True if the server knows the command. */
   supports(command: string): Promise<boolean>;
-  /** Closes the connections the locker opened (not the client it was given). */
+  /** Ends the waits in progress (they reject with LockError), then closes the connections the locker opened (not the client it was given). */
   quit(): Promise<void>;
 }
 
@@ -98,6 +116,8 @@ export declare class LockError extends Error {
 }
 export declare class LockBusyError extends LockError {}
 export declare class LockLostError extends LockError {}
+/** No answer within the time the call could take (a wait's timeout, the lease time left). */
+export declare class LockTimeoutError extends LockError {}
 export declare class UnsupportedError extends LockError {}
 /** The request does not fit the key: a semaphore with another limit (`limit`: the key's), LIMIT on a read/write lock, or the token holds the key in the other mode (`otherMode`). */
 export declare class LockKindError extends LockError {

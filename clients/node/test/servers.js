@@ -90,7 +90,7 @@ const LIBRARIES = [
     name: "ioredis",
     async connect(port) {
       const Redis = require("ioredis");
-      const c = new Redis({ host: "127.0.0.1", port, maxRetriesPerRequest: 1 });
+      const c = new Redis({ host: "127.0.0.1", port });
       await c.ping();
       return c;
     },

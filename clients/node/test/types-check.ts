@@ -1,5 +1,5 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
-import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, StaleFenceError } from "..";
+import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, StaleFenceError } from "..";
 
 declare const client: object;
 
@@ -10,6 +10,14 @@ async function uses(): Promise<bigint> {
   await hold.extend();
   const released: boolean = await hold.release();
   const maybe: Hold | null = await locker.tryAcquire("lock:a", 1000);
+  const cancel = new AbortController();
+  const waited: Hold | null = await locker.tryAcquire("lock:a", 1000, { wait: 2000, signal: cancel.signal });
+  const left: number = waited ? waited.leaseLeft : 0;
+  try {
+    await hold.extend(1000, 200);
+  } catch (e) {
+    if (e instanceof LockTimeoutError) void left;
+  }
   const n: number = await locker.using("lock:b", 1000, async (signal: AbortSignal, h: Hold) => {
     if (signal.aborted) throw signal.reason;
     return Number(h.fence > 0n);

@@ -25,7 +25,7 @@ with r.lock("lock:report", timeout=30, blocking_timeout=5, lock_class=redislock.
 # No timeout: held until released, its lease renewed in the background.
 with redislock.Lock(r, "lock:nightly") as lock:
     for step in range(3):
-        if lock.lost.is_set():                 # set the moment a renewal finds it gone
+        if lock.lost.is_set():                 # set when the hold is lost (or may be)
             raise SystemExit("lock:nightly was lost: stop")
         do_the_work(step, lock.fence)
 # docs:end quickstart

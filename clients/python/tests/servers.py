@@ -103,7 +103,6 @@ class Server:
         return False
 
     def client(self, **kwargs) -> redis.Redis:
-        kwargs.setdefault("socket_timeout", 30)
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def log_tail(self, lines: int = 20) -> str:

@@ -24,7 +24,7 @@ def cluster():
 
 @pytest.fixture
 def rc(cluster):
-    client = RedisCluster(host="127.0.0.1", port=cluster.port, socket_timeout=30)
+    client = RedisCluster(host="127.0.0.1", port=cluster.port)
     try:
         yield client
     finally:
@@ -63,7 +63,7 @@ def test_blocking_handoff_and_renewal_in_cluster(rc, cluster):
     got = []
 
     def wait():
-        other = RedisCluster(host="127.0.0.1", port=cluster.port, socket_timeout=30)
+        other = RedisCluster(host="127.0.0.1", port=cluster.port)
         lock = redislock.Lock(other, name, timeout=10)
         got.append(lock.acquire(blocking_timeout=10))
         got.append(lock.fence)

@@ -240,16 +240,51 @@ def test_thread_local_token(r):
     assert errors == [] and r.exists("lock:n") == 0
 
 
-def test_server_errors_pass_through(r):
-    r.set("not-a-lock", "x")
-    with pytest.raises(ResponseError, match="WRONGTYPE"):
-        redislock.Lock(r, "not-a-lock", timeout=10).acquire()
+def test_a_plain_string_under_the_name_reads_as_redis_py_lock_would(r):
+    # A fleet still on redis-py's own Lock holds the name with a plain string.
+    r.set("old-lock", "their-token")
+    lock = redislock.Lock(r, "old-lock", timeout=10)
+    assert lock.acquire(blocking=False) is False
+    assert lock.locked() is True
+    assert lock.owned() is False
+    started = time.monotonic()
+    assert lock.acquire(blocking_timeout=0.3) is False
+    assert 0.25 < time.monotonic() - started < 0.8
+    # Granted once the string is gone (redis-py's lease on it ran out).
+    r.set("old-lock", "their-token", px=200)
+    assert lock.acquire(blocking_timeout=3) is True
+    # Overwritten by a plain SET while held: the hold is gone, as redis-py's Lock says.
+    r.set("old-lock", "their-token")
+    for what in (lock.extend, lock.reacquire):
+        with pytest.raises(LockNotOwnedError):
+            what(1) if what == lock.extend else what()
+    with pytest.raises(LockNotOwnedError):
+        lock.call("GET", "x")
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_timeout_zero_means_no_expiry_as_in_redis_py(r):
+    lock = redislock.Lock(r, "lock:zero", timeout=0, lease=1)
+    assert lock.auto_renew
+    assert lock.acquire(blocking=False)
+    assert 0 < lock.info()["ttl"] <= 1000
+    lock.release()
+
+
+def test_extend_past_the_remaining_time_ends_the_hold(r):
+    lock = redislock.Lock(r, "lock:neg", timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(-20) is True
+    assert not r.exists("lock:neg")
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
 
 
 def test_arguments_are_checked():
     r = redis.Redis()  # never connected
     with pytest.raises(ValueError):
-        redislock.Lock(r, "x", timeout=0)
+        redislock.Lock(r, "x", timeout=-1)
     with pytest.raises(ValueError):
         redislock.Lock(r, "x", auto_renew=False)
     with pytest.raises(ValueError):
@@ -270,9 +305,10 @@ def test_no_timeout_means_held_until_released(r):
     wait_for(lambda: calls(r, "lock.extend") >= renewals + 4, seconds=5)
     assert lock.owned() and info(r, "lock:o")["fence"] == fence
     assert not lock.lost.is_set()
-    watchdog = lock.local.watchdog
+    watchdog = lock.local.hold.watchdog
     lock.release()
-    assert not watchdog.is_alive()  # stopped (joined) by release
+    watchdog.join(2)  # halted by release, with no renewal in flight for long
+    assert not watchdog.is_alive()
     assert r.exists("lock:o") == 0
 
 
@@ -289,7 +325,7 @@ def test_lost_event_and_callback(server, r):
     lost_calls = []
     lock = redislock.Lock(r, "lock:q", lease=0.3, on_lost=lost_calls.append)
     assert lock.acquire()
-    watchdog = lock.local.watchdog
+    watchdog = lock.local.hold.watchdog
     r.delete("lock:q")  # an operator, an eviction, a lease that ran out during a pause
     other = redislock.Lock(server.client(), "lock:q", timeout=60)
     assert other.acquire(blocking=False)
@@ -314,7 +350,7 @@ def test_a_failing_callback_does_not_break_the_lock(r, caplog):
         assert lock.acquire()
         r.delete("lock:r")
         assert lock.lost.wait(5)
-        lock.local.watchdog.join(5)
+        lock.local.hold.watchdog.join(5)
     assert "callback bug" in caplog.text
     with pytest.raises(LockNotOwnedError):
         lock.release()

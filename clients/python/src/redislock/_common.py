@@ -27,6 +27,30 @@ DEFAULT_LEASE = 30.0
 #: The most places a semaphore (``limit``) may have.
 MAX_LIMIT = 1_000_000
 
+#: The local clock counts every lease this much shorter than the server does (a share of the
+#: lease plus a constant, as Redlock's clock drift): the two clocks may run at slightly
+#: different rates, and the holder must be told of a loss before the server frees the lock.
+CLOCK_DRIFT = 0.01
+CLOCK_SLACK = 0.002
+
+
+def lease_end(sent: float, ttl_ms: int) -> float:
+    """The conservative local end (``time.monotonic()`` seconds) of a lease of ``ttl_ms`` set by
+    a request sent at ``sent``: the server started it no earlier than that moment."""
+    ttl = ttl_ms / 1000
+    return sent + ttl - ttl * CLOCK_DRIFT - CLOCK_SLACK
+
+
+def renew_at_once(sent: float, received: float, ttl_ms: int) -> bool:
+    """True when a grant's reply came so long after its request (a wait in the server) that the
+    lease counted from the request would be short: the lock renews it at once."""
+    return received - sent > ttl_ms / 10000
+
+
+def wrong_type(err: ResponseError) -> bool:
+    """The key holds another type: a plain string of redis-py's own Lock, say."""
+    return str(err).startswith("WRONGTYPE")
+
 
 class UnsupportedError(LockError):
     """The server's redislock does not know this command or option (yet)."""
@@ -237,7 +261,9 @@ def translate(err: ResponseError, name: Any, what: str) -> Exception:
             other_mode=kind.group(2) is not None,
             lock_name=as_str(name),
         )
-    if text.startswith("NOTOWNER"):
+    if text.startswith("NOTOWNER") or (wrong_type(err) and what != "acquire"):
+        # WRONGTYPE: the key is not a lock of this module (a plain SET, redis-py's own Lock),
+        # so this token holds nothing there, which redis-py's Lock reports the same way.
         return lock_error(LockNotOwnedError, f"Cannot {what}: {text}", name)
     if text.startswith("STALEFENCE"):
         words = text.split()

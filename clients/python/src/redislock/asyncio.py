@@ -26,14 +26,18 @@ from ._common import (
     as_bytes,
     block_ms,
     holder_ttl,
+    lease_end,
     lock_error,
     mode_args,
     new_token,
     parse_grant,
     parse_info,
+    renew_at_once,
     to_ms,
     translate,
+    wrong_type,
 )
+from ._link import WAIT_GRACE, async_call_on_client, async_link_for, bounded
 
 logger = logging.getLogger("redislock")
 
@@ -80,7 +84,7 @@ class Lock:
         # Tasks share one thread: the token lives on the lock, as in redis.asyncio's own Lock.
         self.thread_local = bool(thread_local)
         self.raise_on_release_error = raise_on_release_error
-        if timeout is None:
+        if not timeout:  # None or 0: redis-py's "no expiry"
             if auto_renew is False:
                 raise ValueError("a lock without timeout is renewed automatically: give a timeout")
             self._ttl_ms = to_ms(lease, "lease")
@@ -94,6 +98,8 @@ class Lock:
         self.limit = limit
         self.ephemeral = bool(ephemeral)
         self.local: Any = SimpleNamespace(token=None, fence=None)
+        #: The conservative local end of the hold's lease (time.monotonic()).
+        self._lease_end = 0.0
         self._renewal: Optional["asyncio.Task[None]"] = None
         self.lost = asyncio.Event()
 
@@ -125,50 +131,104 @@ class Lock:
         blocking_timeout: Optional[Number] = None,
         token: Optional[EncodableT] = None,
     ) -> bool:
+        """As ``redislock.Lock.acquire``. Cancelling it ends the wait: its connection is closed,
+        which takes the waiter out of the server's queue."""
         token_bytes = new_token() if token is None else self._encode(token)
         if blocking is None:
             blocking = self.blocking
         if blocking_timeout is None:
             blocking_timeout = self.blocking_timeout
-        args = acquire_args(
-            self.name, token_bytes, self._ttl_ms, self._mode, block_ms(blocking, blocking_timeout)
-        )
-        started = time.monotonic()
-        try:
-            grant = parse_grant(await self.redis.execute_command(*args))
-        except ResponseError as err:
-            raise translate(err, self.name, "acquire") from err
-        if grant is None:
-            return False
-        await self._stop_renewal()
-        self.local.token, self.local.fence = grant
-        self.lost.clear()
-        if self.auto_renew:
-            self._renewal = asyncio.ensure_future(self._renew(grant[0], started))
-        return True
+        pause = self.sleep if sleep is None else sleep
+        wait_ms = block_ms(blocking, blocking_timeout)
+        deadline = None if not wait_ms else time.monotonic() + wait_ms / 1000
+        requeued = False
+        while True:
+            args = acquire_args(self.name, token_bytes, self._ttl_ms, self._mode, None)
+            if deadline is not None and deadline <= time.monotonic():
+                return False
+            sent = time.monotonic()
+            try:
+                if wait_ms is None:
+                    reply = await self._send(args, self._link_timeout(), idempotent=True)
+                elif deadline is None:
+                    reply = await self._send([*args, "BLOCK", 0], None, idempotent=False)
+                else:
+                    reply = await self._send(args, None, idempotent=False, wait_until=deadline)
+                grant = parse_grant(reply)
+            except ResponseError as err:
+                if not wrong_type(err):
+                    raise translate(err, self.name, "acquire") from err
+                if wait_ms is None:
+                    return False
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                await asyncio.sleep(pause if left is None else min(pause, left))  # a foreign key
+                continue
+            except ConnectionError as err:
+                if wait_ms is None or requeued or isinstance(err, TimeoutError):
+                    raise
+                requeued = True
+                continue
+            if grant is None:
+                return False
+            if wait_ms is not None and renew_at_once(sent, time.monotonic(), self._ttl_ms):
+                renew_sent = time.monotonic()
+                try:
+                    renewed = await self._send(
+                        ["LOCK.EXTEND", self.name, grant[0], "PX", self._ttl_ms],
+                        self._link_timeout(self._ttl_ms / 1000),
+                    )
+                except (ConnectionError, OSError, ResponseError):
+                    renewed = None
+                if renewed == 1:
+                    sent = renew_sent
+                elif renewed is not None:
+                    continue
+            self._stop_renewal()
+            self.local.token, self.local.fence = grant
+            self._lease_end = lease_end(sent, self._ttl_ms)
+            self.lost.clear()
+            if self.auto_renew:
+                self._renewal = asyncio.ensure_future(self._renew(grant[0], sent))
+            return True
 
     async def locked(self) -> bool:
-        return await self.info() is not None
+        try:
+            return await self.info() is not None
+        except ResponseError as err:
+            if wrong_type(err):
+                return True
+            raise
 
     async def owned(self) -> bool:
         token = self.local.token
-        if token is None:
+        if token is None or time.monotonic() >= self._lease_end:
             return False
-        info = await self.info()
+        try:
+            info = await self.info()
+        except ResponseError as err:
+            if wrong_type(err):
+                return False
+            raise
         return info is not None and token in info.tokens
 
     async def release(self) -> None:
+        """As ``redislock.Lock.release``. The token is forgotten only once the server has
+        answered: a release that is cancelled or times out can be tried again."""
         token = self.local.token
         if token is None:
             raise lock_error(
                 LockError, "Cannot release a lock that's not owned or is already unlocked.", self.name
             )
-        self.local.token = None
-        await self._stop_renewal()
+        self._stop_renewal()
+        left = max(self._lease_end - time.monotonic(), 1.0)
         try:
-            released = await self.redis.execute_command("LOCK.RELEASE", self.name, token)
+            released = await self._send(["LOCK.RELEASE", self.name, token], self._link_timeout(left))
         except ResponseError as err:
+            self.local.token = None
             raise translate(err, self.name, "release") from err
+        self.local.token = None
         if not released:
             raise lock_error(LockNotOwnedError, "Cannot release a lock that's no longer owned", self.name)
 
@@ -182,13 +242,19 @@ class Lock:
         if replace_ttl:
             ttl_ms = add_ms
         else:
-            info = await self.info()
+            try:
+                info = await self.info()
+            except ResponseError as err:
+                raise translate(err, self.name, "extend") from err
             remaining = holder_ttl(info, token) if info is not None else None
             if remaining is None or remaining < 0:
                 raise lock_error(
                     LockNotOwnedError, "Cannot extend a lock that's no longer owned", self.name
                 )
             ttl_ms = remaining + add_ms
+        if ttl_ms <= 0:  # ends the hold, as the key's expiry does for redis-py's Lock
+            await self._end_hold(token)
+            return True
         await self._extend_to(token, ttl_ms, "extend")
         return True
 
@@ -210,7 +276,7 @@ class Lock:
         return self.local.token
 
     async def info(self) -> Optional[LockInfo]:
-        return parse_info(await self.redis.execute_command("LOCK.INFO", self.name))
+        return parse_info(await self._send(["LOCK.INFO", self.name], self._link_timeout()))
 
     async def call(self, *command: EncodableT) -> Any:
         token = self.local.token
@@ -219,7 +285,9 @@ class Lock:
         if not command:
             raise ValueError("call() needs a command")
         try:
-            return await self.redis.execute_command("LOCK.CALL", self.name, token, *command)
+            return await self._send(
+                ["LOCK.CALL", self.name, token, *command], self._link_timeout(), idempotent=False
+            )
         except ResponseError as err:
             raise translate(err, self.name, "call") from err
 
@@ -231,48 +299,98 @@ class Lock:
             return as_bytes(get_encoder().encode(value))
         return as_bytes(value)
 
+    def _link_timeout(self, *more: Optional[float]) -> Optional[float]:
+        link = async_link_for(self.redis, self.name)
+        return bounded(link.default_timeout if link is not None else None, *more)
+
+    async def _send(
+        self,
+        args: List[Any],
+        timeout: Optional[float],
+        idempotent: bool = True,
+        wait_until: Optional[float] = None,
+    ) -> Any:
+        """One command on the lock's own connections, bounded by ``timeout`` or ``wait_until``
+        (see ``redislock.Lock._send``)."""
+        link = async_link_for(self.redis, self.name)
+        if link is None or (self.ephemeral and args[0] == "LOCK.ACQUIRE"):
+            if wait_until is not None:
+                left_ms = int((wait_until - time.monotonic()) * 1000)
+                if left_ms <= 0:
+                    return None
+                args = [*args, "BLOCK", left_ms]
+                timeout = left_ms / 1000 + WAIT_GRACE
+            if link is None:
+                return await self.redis.execute_command(*args)
+            return await async_call_on_client(self.redis, args, timeout)
+        return await link.call(args, timeout, idempotent, wait_until)
+
     async def _extend_to(self, token: bytes, ttl_ms: int, what: str) -> None:
+        sent = time.monotonic()
         try:
-            extended = await self.redis.execute_command("LOCK.EXTEND", self.name, token, "PX", ttl_ms)
+            extended = await self._send(
+                ["LOCK.EXTEND", self.name, token, "PX", ttl_ms], self._link_timeout()
+            )
         except ResponseError as err:
             raise translate(err, self.name, what) from err
         if not extended:
             raise lock_error(
                 LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", self.name
             )
+        self._lease_end = lease_end(sent, ttl_ms)
 
-    async def _stop_renewal(self) -> None:
+    async def _end_hold(self, token: bytes) -> None:
+        try:
+            ended = await self._send(["LOCK.RELEASE", self.name, token], self._link_timeout())
+        except ResponseError as err:
+            raise translate(err, self.name, "extend") from err
+        if not ended:
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock that's no longer owned", self.name)
+        self._stop_renewal()
+        self._lease_end = 0.0
+
+    def _stop_renewal(self) -> None:
+        # Cancelled, not awaited: a renewal in flight may wait for a partitioned server until the
+        # lease ends, and awaiting it would also swallow a cancellation of the caller's own.
         task, self._renewal = self._renewal, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
 
-    async def _renew(self, token: bytes, granted_at: float) -> None:
-        deadline = granted_at + self._ttl_ms / 1000
-        interval = self._ttl_ms / 3000
+    async def _renew(self, token: bytes, sent: float) -> None:
+        """Renews every third of the lease on the lock's own connections; the loss follows the
+        lease clock (see ``redislock.lock._Watchdog``)."""
+        period = self._ttl_ms / 3000
+        pause = min(max(self._ttl_ms / 20000, 0.01), 0.25)
+        next_try = sent + period
         while True:
-            await asyncio.sleep(interval)  # the renewal period, not a wait for an event
+            # The renewal schedule and the lease clock: moments, not waits for an event.
+            await asyncio.sleep(max(0.0, min(next_try, self._lease_end) - time.monotonic()))
             sent = time.monotonic()
-            try:
-                renewed = await self.redis.execute_command(
-                    "LOCK.EXTEND", self.name, token, "PX", self._ttl_ms
-                )
-            except (ConnectionError, TimeoutError, OSError, ResponseError) as err:
-                if time.monotonic() >= deadline:
-                    await self._report_lost(err)
-                    return
-                continue
-            if renewed == 1:
-                deadline = sent + self._ttl_ms / 1000
-            else:
+            if sent >= self._lease_end:
                 await self._report_lost(None)
                 return
+            try:
+                renewed = await self._send(
+                    ["LOCK.EXTEND", self.name, token, "PX", self._ttl_ms], self._lease_end - sent
+                )
+            except ResponseError as err:
+                if not wrong_type(err):
+                    next_try = time.monotonic() + pause
+                    continue
+                renewed = 0
+            except (ConnectionError, TimeoutError, OSError):
+                next_try = time.monotonic() + pause
+                continue
+            if renewed != 1:
+                await self._report_lost(None)
+                return
+            self._lease_end = lease_end(sent, self._ttl_ms)
+            next_try = sent + period
 
     async def _report_lost(self, error: Optional[BaseException]) -> None:
-        logger.warning("Lock %r was lost (%s)", self.name, error or "a renewal found it gone")
+        logger.warning("Lock %r was lost (%s)", self.name, error or "no renewal kept its lease")
+        self._lease_end = min(self._lease_end, time.monotonic())
+        self._renewal = None  # this task ends here; release() has nothing to stop
         self.lost.set()
         if self.on_lost is not None:
             try:
