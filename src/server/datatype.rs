@@ -11,8 +11,7 @@ use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::limits;
 use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
 use crate::core::record::{Record, Stored};
-use crate::server::scheduler::{self, Job};
-use crate::server::{ffi, guard, state, stats, waiting};
+use crate::server::{ffi, guard, locks, state, stats};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -154,11 +153,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // A restored or loaded lock raises the floor for new fences.
         state::with_clock(|c| c.observe(fence));
         // Holders' leases end on their own: watch the first one. A client's
-        // RESTORE is looked at once, for the key's TTL (see `lockops::tend`).
+        // RESTORE is looked at once, for the key's TTL (see `locks::tend`).
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
-            if let (Some(at), Some(ctx)) = (holders.look_needed(), state::detached_context()) {
+            if let Some(at) = holders.look_needed() {
                 let at = if trusted { at } else { ffi::now_ms() };
-                scheduler::at(&ctx, Job::Leases(id), at);
+                locks::watch_leases_of(id, at);
             }
         }
         record.into_raw()
@@ -209,9 +208,9 @@ unsafe extern "C" fn copy(
         // SAFETY: Redis passes a value of this type.
         let copy = Record::copy_of(unsafe { stored(value) });
         // The copy's holders' leases end on their own too: watch the first.
-        if let (Stored::Multi(holders), Some(ctx)) = (copy.view(), state::detached_context()) {
+        if let Stored::Multi(holders) = copy.view() {
             if let Some(at) = holders.look_needed() {
-                scheduler::at(&ctx, Job::Leases(ffi::copy_target(opt)), at);
+                locks::watch_leases_of(ffi::copy_target(opt), at);
             }
         }
         copy.into_raw()
@@ -233,7 +232,7 @@ unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c
             }
             Stored::Single(_) => false,
         };
-        waiting::on_lock_unlinked(db, key, with_holders);
+        locks::on_lock_unlinked(db, key, with_holders);
     })
 }
 

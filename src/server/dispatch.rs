@@ -9,7 +9,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::effects;
 use crate::server::command::{Call, Reply};
 use crate::server::command_docs::{self as docs, Doc};
-use crate::server::{commands, ephemeral, ffi, guard, guarded, reply, waiting};
+use crate::server::{commands, ephemeral, ffi, guard, guarded, locks, reply};
 
 type Handler = fn(&Call) -> Reply;
 
@@ -54,7 +54,7 @@ fn dispatch(
             // Holds whose connection closed count as gone: released before
             // the command looks at the lock (the scheduler may not have
             // come to them yet).
-            ephemeral::release_orphans_of(&ctx, &waiting::lock_id(&ctx, slices[1]));
+            locks::release_orphans_of(&ctx, slices[1]);
         }
         handler(&call)
     }) {

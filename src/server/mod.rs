@@ -15,7 +15,9 @@ mod gate;
 mod guard;
 mod guarded;
 mod held;
+mod info;
 mod lockops;
+mod locks;
 mod reply;
 mod scheduler;
 mod state;
@@ -48,7 +50,8 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     state::set_detached_context(ffi::detached_context(ctx));
-    if !stats::subscribe(ctx) || !events::subscribe(ctx) || !ephemeral::subscribe(ctx) {
+    scheduler::set_runner(&locks::RUNNER);
+    if !stats::subscribe(ctx) || !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }
@@ -57,7 +60,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // Replaces the crate's default INFO handler with the module's section.
-    raw::register_info_function(ctx.ctx, Some(stats::info));
+    raw::register_info_function(ctx.ctx, Some(info::info));
     Status::Ok
 }
 

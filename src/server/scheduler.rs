@@ -27,10 +27,9 @@ use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
 use crate::core::schedule::Schedule;
-use crate::server::ffi::{self, BlockedHandle, TimerId};
+use crate::server::ffi::{self, BlockedHandle, LockId, TimerId};
 use crate::server::gate::{self, Hold};
-use crate::server::waiting::{self, LockId};
-use crate::server::{ephemeral, guard, lockops, state, stats};
+use crate::server::{guard, state, stats};
 
 /// How soon writes held back by the server's state are tried again.
 pub const RETRY_MS: i64 = 10;
@@ -50,8 +49,34 @@ pub enum Job {
     Epoch(u64),
 }
 
+/// What the jobs do: the layers above the scheduler, registered once at
+/// load, so the timer knows when things run and not what they are.
+pub struct Runner {
+    /// Runs one due writing job (never a deadline).
+    pub job: fn(&Context, Job),
+    /// A waiter's deadline passed.
+    pub deadline: fn(BlockedHandle),
+    /// Whether background work is pending (closed connections' holds).
+    pub background_pending: fn() -> bool,
+    /// Does one piece of background work; false if none was left.
+    pub background: fn(&Context) -> bool,
+    /// A pass found this server a replica: it forgets what only a master
+    /// keeps (connection bindings).
+    pub on_replica: fn(),
+}
+
+/// Runs nothing: until the module's runner is registered.
+static IDLE_RUNNER: Runner = Runner {
+    job: |_, _| {},
+    deadline: |_| {},
+    background_pending: || false,
+    background: |_| false,
+    on_replica: || {},
+};
+
 thread_local! {
     // Redis calls modules on its main thread only.
+    static RUNNER: Cell<&'static Runner> = const { Cell::new(&IDLE_RUNNER) };
     /// Every job but the deadlines: they write, so they wait while the
     /// server's state forbids writing.
     static WRITES: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
@@ -65,6 +90,15 @@ thread_local! {
     /// Lease ends that fell due while this server was a replica (its master
     /// ends them): looked at again if it is promoted.
     static PARKED: RefCell<BTreeSet<LockId>> = const { RefCell::new(BTreeSet::new()) };
+}
+
+/// Registers what the jobs do; once, at load.
+pub fn set_runner(runner: &'static Runner) {
+    RUNNER.with(|r| r.set(runner));
+}
+
+fn runner() -> &'static Runner {
+    RUNNER.with(Cell::get)
 }
 
 fn writes<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
@@ -117,7 +151,7 @@ pub fn cancel(job: &Job) {
 }
 
 fn idle() -> bool {
-    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && ephemeral::orphans() == 0
+    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && !(runner().background_pending)()
 }
 
 fn stop_if_idle() {
@@ -215,7 +249,7 @@ pub fn pending() -> (usize, usize) {
 /// orphans wait), not before the server's state is looked at again.
 fn next_write() -> Option<i64> {
     let next = writes(|s| s.earliest());
-    let next = if ephemeral::orphans() > 0 {
+    let next = if (runner().background_pending)() {
         Some(next.map_or(ffi::now_ms(), |at| at.min(ffi::now_ms())))
     } else {
         next
@@ -290,10 +324,10 @@ fn pass(ctx: &Context) {
         let Some(handle) = deadlines(|s| s.pop_before(now, mark)) else {
             break;
         };
-        waiting::on_deadline(handle);
+        (runner().deadline)(handle);
     }
     let writes_due =
-        writes(|s| s.earliest()).is_some_and(|at| at <= now) || ephemeral::orphans() > 0;
+        writes(|s| s.earliest()).is_some_and(|at| at <= now) || (runner().background_pending)();
     let held = HELD_UNTIL.with(Cell::get).is_some_and(|h| h > now);
     if cut || !writes_due || held {
         if cut {
@@ -315,7 +349,7 @@ fn pass(ctx: &Context) {
         // a promotion.
         Err(Hold::Replica) => {
             HELD_UNTIL.with(|h| h.set(None));
-            ephemeral::unbind_all();
+            (runner().on_replica)();
             if park_slice(now, &budget) {
                 stats::TIMER_PASSES_CUT.bump();
             }
@@ -340,7 +374,7 @@ fn write_slice(ctx: &Context, now: i64, budget: &Budget) -> bool {
             stats::TIMER_JOBS.bump();
             guard::callback((), || run(ctx, job));
         }
-        let released = guard::callback(false, || ephemeral::release_next_orphan(ctx));
+        let released = guard::callback(false, || (runner().background)(ctx));
         if !ran_job && !released {
             return false;
         }
@@ -368,9 +402,6 @@ fn park_slice(now: i64, budget: &Budget) -> bool {
 
 fn run(ctx: &Context, job: Job) {
     match job {
-        Job::Serve(id) => waiting::serve_id(ctx, &id),
-        Job::Leases(id) => lockops::tend(ctx, &id),
-        Job::Revoke(id, token, fence) => lockops::revoke(ctx, &id, &token, fence),
         Job::Epoch(epoch) => {
             // Only the newest epoch matters.
             if state::with_clock(|c| c.epoch) == epoch {
@@ -378,6 +409,7 @@ fn run(ctx: &Context, job: Job) {
             }
         }
         // Kept in their own schedule.
-        Job::Deadline(handle) => waiting::on_deadline(handle),
+        Job::Deadline(handle) => (runner().deadline)(handle),
+        job => (runner().job)(ctx, job),
     }
 }
