@@ -181,6 +181,11 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         self.waiters.get(&id)
     }
 
+    /// What `id` asked for, to change what the caller keeps with it.
+    pub fn request_mut(&mut self, id: I) -> Option<&mut R> {
+        self.waiters.get_mut(&id).map(|w| &mut w.request)
+    }
+
     /// Locks that have waiters, matching `filter`.
     pub fn locks_where(&self, filter: impl Fn(&K) -> bool) -> Vec<K> {
         self.queues.keys().filter(|k| filter(k)).cloned().collect()

@@ -77,8 +77,12 @@ pub fn acquire(call: &Call) -> Reply {
                     drop(key);
                     let timeout = settings::block_timeout(timeout, config::max_block_ms());
                     let request = waiting::Request::new(token, req.want, ttl_ms, bind_to);
-                    waiting::block(ctx, name, request, timeout, held_until);
-                    RedisValue::NoReply
+                    if waiting::block(ctx, name, request, timeout, held_until) {
+                        RedisValue::NoReply
+                    } else {
+                        stats::REFUSED.bump();
+                        RedisValue::Null
+                    }
                 }
                 _ => {
                     stats::REFUSED.bump();

@@ -27,7 +27,7 @@ use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
 use crate::core::schedule::Schedule;
-use crate::server::ffi::{self, BlockedHandle, LockId, TimerId};
+use crate::server::ffi::{self, BlockedId, LockId, TimerId};
 use crate::server::gate::{self, Hold};
 use crate::server::{guard, state, stats};
 
@@ -42,7 +42,7 @@ pub enum Job {
     /// and hand their room on.
     Leases(LockId),
     /// A waiter's `BLOCK` timeout.
-    Deadline(BlockedHandle),
+    Deadline(BlockedId),
     /// Give back a grant whose client left before its reply: lock, token, fence.
     Revoke(LockId, Vec<u8>, u64),
     /// Propagate a promoted master's fence epoch.
@@ -55,7 +55,7 @@ pub struct Runner {
     /// Runs one due writing job (never a deadline).
     pub job: fn(&Context, Job),
     /// A waiter's deadline passed.
-    pub deadline: fn(BlockedHandle),
+    pub deadline: fn(BlockedId),
     /// Whether background work is pending (closed connections' holds).
     pub background_pending: fn() -> bool,
     /// Does one piece of background work; false if none was left.
@@ -82,7 +82,7 @@ thread_local! {
     static WRITES: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
     /// Waiters' deadlines: answering nil writes nothing, so they run in
     /// any state.
-    static DEADLINES: RefCell<Schedule<BlockedHandle>> = RefCell::new(Schedule::default());
+    static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
     /// The server's state held writes back: not looked at again before then.
@@ -105,7 +105,7 @@ fn writes<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
     WRITES.with(|s| f(&mut s.borrow_mut()))
 }
 
-fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedHandle>) -> R) -> R {
+fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedId>) -> R) -> R {
     DEADLINES.with(|s| f(&mut s.borrow_mut()))
 }
 

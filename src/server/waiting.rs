@@ -18,7 +18,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::errors::LockError;
 use crate::core::grant::Want;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
-use crate::server::ffi::{self, BlockedHandle, LockId};
+use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
 use crate::server::{guard, reply, stats};
 
@@ -44,14 +44,39 @@ impl Request {
     }
 }
 
-thread_local! {
-    // Redis calls modules on its main thread only.
-    static WAITERS: RefCell<Waiters<BlockedHandle, LockId, Request>> =
-        RefCell::new(Waiters::default());
+/// A wait: what was asked for, and the blocked client's handle until its
+/// wait is ended.
+struct Wait {
+    asked: Request,
+    client: Option<BlockedClient>,
 }
 
-fn with<R>(f: impl FnOnce(&mut Waiters<BlockedHandle, LockId, Request>) -> R) -> R {
+impl Wait {
+    /// Tells Redis this wait ended; at most once, since the handle is taken.
+    fn unblock(&mut self) {
+        if let Some(client) = self.client.take() {
+            client.unblock();
+        }
+    }
+}
+
+type Queue = Waiters<BlockedId, LockId, Wait>;
+
+thread_local! {
+    // Redis calls modules on its main thread only.
+    static WAITERS: RefCell<Queue> = RefCell::new(Waiters::default());
+}
+
+fn with<R>(f: impl FnOnce(&mut Queue) -> R) -> R {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
+}
+
+/// Ends the wait of `handle`, still in the table (granted or refused).
+fn unblock(handle: BlockedId) {
+    let client = with(|w| w.request_mut(handle).and_then(|x| x.client.take()));
+    if let Some(client) = client {
+        client.unblock();
+    }
 }
 
 /// Clients waiting for the lock `name` in the context's database.
@@ -69,7 +94,7 @@ pub fn total() -> usize {
 
 /// Forgets a waiter that was answered or left, with its deadline; and the
 /// lock's pending look-again once nobody waits for it.
-fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
+fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
     scheduler::cancel(&Job::Deadline(handle));
     let waiter = with(|w| w.remove(handle))?;
     if with(|w| w.count(&waiter.lock)) == 0 {
@@ -85,18 +110,27 @@ fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
 /// The deadline is the module's own, not Redis's blocked-client timeout: on
 /// Redis 7.0 a client whose timeout is processed in the same event-loop
 /// pass as its grant is unblocked with no reply at all. With the scheduler
-/// deciding, every wait ends through exactly one `unblock_client`, and the
-/// reply callback answers the grant or nil from the waiter's stage.
+/// deciding, every wait ends through exactly one unblock (the handle's
+/// `unblock` takes it), and the reply callback answers the grant or nil
+/// from the waiter's stage. False if Redis could not block the client.
+#[must_use]
 pub fn block(
     ctx: &Context,
     name: &RedisString,
     request: Request,
     timeout_ms: u64,
     held_until: Option<i64>,
-) {
+) -> bool {
     let id = ffi::lock_id(ctx, name);
-    let handle = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect);
-    with(|w| w.enqueue(handle, id.clone(), request));
+    let Some(client) = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect) else {
+        return false;
+    };
+    let handle = client.id();
+    let wait = Wait {
+        asked: request,
+        client: Some(client),
+    };
+    with(|w| w.enqueue(handle, id.clone(), wait));
     stats::WAITS.bump();
     if let Some(at) = held_until {
         scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
@@ -105,16 +139,19 @@ pub fn block(
         let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
         scheduler::at(ctx, Job::Deadline(handle), deadline);
     }
+    true
 }
 
 /// A waiter's deadline: if it is still waiting, it leaves the queue and its
 /// reply callback answers nil.
-pub fn on_deadline(handle: BlockedHandle) {
+pub fn on_deadline(handle: BlockedId) {
     let waiting = with(|w| w.get(handle).is_some_and(|w| w.stage == Stage::Waiting));
     if waiting {
-        forget(handle);
+        let waiter = forget(handle);
         stats::WAIT_TIMEOUTS.bump();
-        ffi::unblock_client(handle);
+        if let Some(mut w) = waiter {
+            w.request.unblock();
+        }
     }
 }
 
@@ -142,30 +179,30 @@ pub fn locks_where(filter: impl Fn(&LockId) -> bool) -> Vec<LockId> {
 pub fn plan<D>(
     id: &LockId,
     plan: impl FnOnce(&mut dyn Iterator<Item = &Request>) -> Vec<D>,
-) -> Vec<(BlockedHandle, D)> {
+) -> Vec<(BlockedId, D)> {
     with(|w| {
-        let decisions = plan(&mut w.queue(id).map(|(_, r)| r));
+        let decisions = plan(&mut w.queue(id).map(|(_, x)| &x.asked));
         w.queue(id).map(|(h, _)| h).zip(decisions).collect()
     })
 }
 
 /// What the waiter `handle` asked for, if it still waits.
-pub fn request(handle: BlockedHandle) -> Option<Request> {
-    with(|w| w.get(handle).map(|x| x.request.clone()))
+pub fn request(handle: BlockedId) -> Option<Request> {
+    with(|w| w.get(handle).map(|x| x.request.asked.clone()))
 }
 
 /// The waiter `handle` was granted the lock with `fence`: it is answered.
-pub fn granted(handle: BlockedHandle, fence: u64) {
+pub fn granted(handle: BlockedId, fence: u64) {
     scheduler::cancel(&Job::Deadline(handle));
     with(|w| w.grant(handle, fence));
-    ffi::unblock_client(handle);
+    unblock(handle);
 }
 
 /// The waiter `handle` is sent away with `why`.
-pub fn refuse(handle: BlockedHandle, why: Refusal) {
+pub fn refuse(handle: BlockedId, why: Refusal) {
     with(|w| w.refuse(handle, why));
     scheduler::cancel(&Job::Deadline(handle));
-    ffi::unblock_client(handle);
+    unblock(handle);
 }
 
 /// Answers every waiter of `id` with `why`, at once.
@@ -174,7 +211,7 @@ pub fn refuse_all(id: &LockId, why: Refusal) {
     scheduler::cancel(&Job::Serve(id.clone()));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
-        ffi::unblock_client(handle);
+        unblock(handle);
     }
 }
 
@@ -183,13 +220,13 @@ pub fn refuse_everyone(why: Refusal) {
     let refused = with(|w| w.refuse_everyone(why));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
-        ffi::unblock_client(handle);
+        unblock(handle);
     }
 }
 
 /// Sends a finished wait its answer: the grant, nil, or an error.
-fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
-    match waiter.map(|w| (w.stage, &w.request.token)) {
+fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Wait>>) {
+    match waiter.map(|w| (w.stage, &w.request.asked.token)) {
         Some((Stage::Granted { fence }, token)) => {
             reply::grant(ctx, token, fence);
         }
@@ -218,7 +255,7 @@ unsafe extern "C" fn on_reply(
 ) -> c_int {
     let ctx = Context::new(ctx);
     guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let handle = ffi::blocked_handle(&ctx);
+        let handle = ffi::blocked_id(&ctx);
         answer(&ctx, forget(handle).as_ref());
         raw::REDISMODULE_OK as c_int
     })
@@ -235,12 +272,12 @@ unsafe extern "C" fn on_unblock(
 ) -> c_int {
     let ctx = Context::new(ctx);
     guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let handle = ffi::blocked_handle(&ctx);
+        let handle = ffi::blocked_id(&ctx);
         let waiter = forget(handle);
         answer(&ctx, waiter.as_ref());
-        if waiter.is_some_and(|w| w.stage == Stage::Waiting) {
+        if let Some(mut w) = waiter.filter(|w| w.stage == Stage::Waiting) {
             stats::WAIT_TIMEOUTS.bump();
-            ffi::unblock_client(handle);
+            w.request.unblock();
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -254,16 +291,15 @@ unsafe extern "C" fn on_disconnect(
 ) {
     let ctx = Context::new(ctx);
     guard::callback((), || {
-        let handle = bc as BlockedHandle;
-        let Some(w) = forget(handle) else {
+        let Some(mut w) = forget(BlockedId::of(bc)) else {
             return;
         };
         match w.stage {
-            Stage::Waiting => ffi::unblock_client(handle),
+            Stage::Waiting => w.request.unblock(),
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
             Stage::Granted { fence } => {
-                scheduler::soon(&ctx, Job::Revoke(w.lock, w.request.token, fence));
+                scheduler::soon(&ctx, Job::Revoke(w.lock, w.request.asked.token, fence));
             }
         }
     })

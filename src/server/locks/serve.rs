@@ -9,7 +9,7 @@ use redis_module::{Context, RedisString};
 use crate::core::grant::{self, Decision};
 use crate::core::lock;
 use crate::core::waiters::Refusal;
-use crate::server::ffi::{self, BlockedHandle, KeyKind, LockId, LockKey};
+use crate::server::ffi::{self, BlockedId, KeyKind, LockId, LockKey};
 use crate::server::held;
 use crate::server::scheduler::{self, Job};
 use crate::server::{cluster, stats, waiting};
@@ -77,7 +77,7 @@ pub fn serve(ctx: &Context, name: &RedisString) {
 }
 
 /// Carries out the plan's decision for one waiter.
-fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedHandle, decision: Decision) {
+fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedId, decision: Decision) {
     let Some(request) = waiting::request(handle) else {
         return;
     };
