@@ -21,7 +21,7 @@ use crate::server::command::{Call, Reply};
 use crate::server::ffi::{self, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::reply::{self, Field};
-use crate::server::{config, ephemeral, gate, lockops, locks, state, stats, waiting};
+use crate::server::{config, ephemeral, lockops, locks, state, stats, waiting, writable};
 
 pub fn acquire(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
@@ -167,7 +167,7 @@ pub fn info(call: &Call) -> Reply {
     let gone = |token: &[u8], fence: u64| {
         ephemeral::orphans() > 0
             && ephemeral::is_orphan(&id, token, fence)
-            && gate::may_write(ctx).is_ok()
+            && writable::may_write(ctx).is_ok()
     };
     match held(&key)? {
         Held::Free => Ok(RedisValue::Null),

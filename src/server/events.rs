@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use redis_module::{raw, Context};
 
 use crate::server::scheduler::{self, Job};
-use crate::server::{ephemeral, ffi, guard, locks, state};
+use crate::server::{catch_panic, ephemeral, ffi, locks, state};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
@@ -27,7 +27,7 @@ unsafe extern "C" fn on_client_change(
     sub: u64,
     data: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if sub != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || ephemeral::count() == 0 {
             return;
         }
@@ -49,7 +49,7 @@ unsafe extern "C" fn on_role_changed(
     sub: u64,
     _d: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if sub != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
             locks::on_demoted();
             return;
@@ -76,7 +76,7 @@ unsafe extern "C" fn on_flush(
     sub: u64,
     data: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
             locks::on_flushed(ffi::flushed_db(data));
         }
@@ -90,7 +90,7 @@ unsafe extern "C" fn on_swapdb(
     _sub: u64,
     data: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         let (first, second) = ffi::swapped_dbs(data);
         locks::on_swapped(first, second);
     })

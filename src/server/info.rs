@@ -5,11 +5,11 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
-use crate::server::{ephemeral, guard, scheduler, stats, waiting};
+use crate::server::{catch_panic, ephemeral, scheduler, stats, waiting};
 
 /// `INFO redislock`.
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         raw::add_info_section(ctx, None);
         let int = |name: &str, value: i64| {
             raw::add_info_field_long_long(ctx, name, value);

@@ -1,6 +1,7 @@
 //! The Redis side of the module: registration, commands, the data type,
 //! server events, and the small unsafe wrappers they share.
 
+mod catch_panic;
 mod cluster;
 mod command;
 mod command_docs;
@@ -11,8 +12,6 @@ mod dispatch;
 mod ephemeral;
 mod events;
 mod ffi;
-mod gate;
-mod guard;
 mod guarded;
 mod held;
 mod info;
@@ -23,6 +22,7 @@ mod scheduler;
 mod state;
 mod stats;
 mod waiting;
+mod writable;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
@@ -31,7 +31,7 @@ use datatype::LOCK_TYPE;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic while loading must refuse the load, not abort the server.
-    guard::callback(Status::Err, || load(ctx, args))
+    catch_panic::callback(Status::Err, || load(ctx, args))
 }
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {

@@ -27,9 +27,10 @@ use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
 use crate::core::schedule::Schedule;
+use crate::core::swapdb;
 use crate::server::ffi::{self, BlockedId, LockId, TimerId};
-use crate::server::gate::{self, Hold};
-use crate::server::{guard, state, stats};
+use crate::server::writable::{self, NotWritable};
+use crate::server::{catch_panic, state, stats};
 
 /// How soon writes held back by the server's state are tried again.
 pub const RETRY_MS: i64 = 10;
@@ -162,66 +163,33 @@ fn stop_if_idle() {
     }
 }
 
-/// The lease-end jobs of database `db` (-1: all), taken out of the
-/// schedule with their times; only that database's are looked at.
-fn take_leases_of(db: i32) -> Vec<(LockId, i64)> {
-    let first = Job::Leases((if db == -1 { i32::MIN } else { db }, Vec::new()));
-    let of_db = |job: &Job| matches!(job, Job::Leases((d, _)) if db == -1 || *d == db);
-    writes(|s| s.cancel_from(&first, of_db))
-        .into_iter()
-        .filter_map(|(job, at)| match job {
-            Job::Leases(id) => Some((id, at)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The parked lease ends of database `db`, taken out.
-fn take_parked_of(db: i32) -> Vec<LockId> {
-    PARKED.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.is_empty() {
-            return Vec::new();
-        }
-        let ids: Vec<LockId> = p
-            .range((db, Vec::new())..)
-            .take_while(|(d, _)| *d == db)
-            .cloned()
-            .collect();
-        for id in &ids {
-            p.remove(id);
-        }
-        ids
-    })
+fn lease_lock(job: &Job) -> Option<&LockId> {
+    match job {
+        Job::Leases(id) => Some(id),
+        _ => None,
+    }
 }
 
 /// Forgets the lease-end jobs of the locks in the flushed database(s)
 /// (`db` -1: all); the holders went with the flush.
 pub fn forget_leases_in(db: i32) {
-    take_leases_of(db);
-    if db == -1 {
-        PARKED.with(|p| p.borrow_mut().clear());
-    } else {
-        take_parked_of(db);
-    }
+    writes(|s| swapdb::take_db(s, db, lease_lock, Job::Leases));
+    PARKED.with(|p| {
+        let mut p = p.borrow_mut();
+        if db == -1 {
+            p.clear();
+        } else {
+            swapdb::take_set_db(&mut p, db);
+        }
+    });
     stop_if_idle();
 }
 
 /// SWAPDB exchanged two databases: the looks at lease ends follow their
 /// keys.
 pub fn swap_leases(first: i32, second: i32) {
-    let swapped = |db: i32| if db == first { second } else { first };
-    let mut moved = take_leases_of(first);
-    moved.extend(take_leases_of(second));
-    for ((db, name), at) in moved {
-        writes(|s| s.set_earlier(Job::Leases((swapped(db), name)), at));
-    }
-    let mut parked = take_parked_of(first);
-    parked.extend(take_parked_of(second));
-    PARKED.with(|p| {
-        p.borrow_mut()
-            .extend(parked.into_iter().map(|(db, name)| (swapped(db), name)))
-    });
+    writes(|s| swapdb::swap_jobs(s, first, second, lease_lock, Job::Leases));
+    PARKED.with(|p| swapdb::swap_set(&mut p.borrow_mut(), first, second));
 }
 
 /// This server was promoted: the lease ends it left to its old master are
@@ -288,12 +256,12 @@ fn arm(ctx: &Context, next: i64) {
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Context::new(ctx);
-    guard::callback((), || {
+    catch_panic::callback((), || {
         ARMED.with(|a| a.set(None));
         pass(&ctx);
         settle_freed_memory();
     });
-    guard::callback((), || rearm(&ctx));
+    catch_panic::callback((), || rearm(&ctx));
 }
 
 /// A pass frees many small blocks (released holds, deleted keys). With
@@ -336,7 +304,7 @@ fn pass(ctx: &Context) {
         return;
     }
     // The server's state, once for the whole pass.
-    match gate::may_write(ctx) {
+    match writable::may_write(ctx) {
         Ok(()) => {
             HELD_UNTIL.with(|h| h.set(None));
             if write_slice(ctx, now, &budget) {
@@ -347,7 +315,7 @@ fn pass(ctx: &Context) {
         // already answered on demotion, a grant it made is its master's
         // business now, and the epoch is its master's. Lease ends wait for
         // a promotion.
-        Err(Hold::Replica) => {
+        Err(NotWritable::Replica) => {
             HELD_UNTIL.with(|h| h.set(None));
             (runner().on_replica)();
             if park_slice(now, &budget) {
@@ -372,9 +340,9 @@ fn write_slice(ctx: &Context, now: i64, budget: &Budget) -> bool {
         let ran_job = job.is_some();
         if let Some(job) = job {
             stats::TIMER_JOBS.bump();
-            guard::callback((), || run(ctx, job));
+            catch_panic::callback((), || run(ctx, job));
         }
-        let released = guard::callback(false, || (runner().background)(ctx));
+        let released = catch_panic::callback(false, || (runner().background)(ctx));
         if !ran_job && !released {
             return false;
         }

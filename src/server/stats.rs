@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
-use crate::server::{ffi, guard};
+use crate::server::{catch_panic, ffi};
 
 pub struct Counter(AtomicU64);
 
@@ -85,7 +85,7 @@ unsafe extern "C" fn on_expired(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         // SAFETY: Redis passes the event name as a C string.
         let event = unsafe { CStr::from_ptr(event) }.to_bytes();
         note_key_event(event, RedisString::string_as_slice(key));

@@ -20,7 +20,7 @@ use crate::core::grant::Want;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
-use crate::server::{guard, reply, stats};
+use crate::server::{catch_panic, reply, stats};
 
 /// What a waiter asked for.
 #[derive(Clone)]
@@ -254,7 +254,7 @@ unsafe extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = ffi::blocked_id(&ctx);
         answer(&ctx, forget(handle).as_ref());
         raw::REDISMODULE_OK as c_int
@@ -271,7 +271,7 @@ unsafe extern "C" fn on_unblock(
     _argc: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = ffi::blocked_id(&ctx);
         let waiter = forget(handle);
         answer(&ctx, waiter.as_ref());
@@ -290,7 +290,7 @@ unsafe extern "C" fn on_disconnect(
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
     let ctx = Context::new(ctx);
-    guard::callback((), || {
+    catch_panic::callback((), || {
         let Some(mut w) = forget(BlockedId::of(bc)) else {
             return;
         };

@@ -54,12 +54,14 @@ pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
 }
 
 /// Points a context (a timer's, say) at database `db`.
+#[must_use]
 pub fn select_db(ctx: &Context, db: i32) -> bool {
     // SAFETY: `ctx` is a live context; Redis checks the index.
     unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
 }
 
 /// Registers a command; false if Redis refused.
+#[must_use]
 pub fn create_command(
     ctx: &Context,
     name: &CStr,

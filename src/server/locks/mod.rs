@@ -254,8 +254,9 @@ fn release_orphans_of_id(ctx: &Context, id: &LockId) {
         stats::EPHEMERAL_RELEASES.bump();
         revoke(ctx, id, &token, fence);
     }
-    // The command goes on in the database it was sent to.
-    ffi::select_db(ctx, db);
+    // The command goes on in the database it was sent to (an index that
+    // exists: the command runs in it).
+    let _ = ffi::select_db(ctx, db);
 }
 
 /// Releases the next hold of a closed connection, from a scheduler pass
