@@ -1,5 +1,6 @@
-//! The command handlers: parse, decide with the core rules, write the key,
-//! replicate the effect, reply.
+//! The command handlers: parse, decide with the core rules, hand the
+//! decision to the lock-lifecycle layer (`locks`), which writes the key and
+//! replicates the effect by the write path (`lockops`), reply.
 //!
 //! Effects, not commands, are replicated: a grant travels as
 //! `LOCK._APPLY key token fence unix-ms`, an extend as `PEXPIREAT`, a
