@@ -119,11 +119,13 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
     /// Marks `id` as granted and takes it out of the queue; false if it is
     /// not waiting.
+    #[must_use]
     pub fn grant(&mut self, id: I, fence: u64) -> bool {
         self.settle(id, Stage::Granted { fence })
     }
 
     /// Sends `id` away without the lock; false if it is not waiting.
+    #[must_use]
     pub fn refuse(&mut self, id: I, why: Refusal) -> bool {
         self.settle(id, Stage::Refused(why))
     }

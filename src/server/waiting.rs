@@ -194,15 +194,19 @@ pub fn request(handle: BlockedId) -> Option<Request> {
 /// The waiter `handle` was granted the lock with `fence`: it is answered.
 pub fn granted(handle: BlockedId, fence: u64) {
     scheduler::cancel(&Job::Deadline(handle));
-    with(|w| w.grant(handle, fence));
-    unblock(handle);
+    // A wait that ended already has given up its handle.
+    if with(|w| w.grant(handle, fence)) {
+        unblock(handle);
+    }
 }
 
 /// The waiter `handle` is sent away with `why`.
 pub fn refuse(handle: BlockedId, why: Refusal) {
-    with(|w| w.refuse(handle, why));
+    let refused = with(|w| w.refuse(handle, why));
     scheduler::cancel(&Job::Deadline(handle));
-    unblock(handle);
+    if refused {
+        unblock(handle);
+    }
 }
 
 /// Answers every waiter of `id` with `why`, at once.
