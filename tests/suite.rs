@@ -1,7 +1,7 @@
 //! The integration suite: every test file here is a module of one test binary, so the
 //! harness in `common` and the Redis client are compiled and linked once. Each test starts its
 //! own `redis-server` processes with the module loaded, on free loopback ports
-//! (`tests/common/mod.rs`). Run one file's tests with a filter:
+//! (`tests/common/`). Run one file's tests with a filter:
 //! `cargo test --release --test suite blocking::`. The torture test has a binary of its own,
 //! so that it runs alone.
 

@@ -17,5 +17,6 @@ pub mod record;
 pub mod schedule;
 pub mod settings;
 pub mod slot;
+pub mod swapdb;
 pub mod token;
 pub mod waiters;

@@ -119,11 +119,13 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
     /// Marks `id` as granted and takes it out of the queue; false if it is
     /// not waiting.
+    #[must_use]
     pub fn grant(&mut self, id: I, fence: u64) -> bool {
         self.settle(id, Stage::Granted { fence })
     }
 
     /// Sends `id` away without the lock; false if it is not waiting.
+    #[must_use]
     pub fn refuse(&mut self, id: I, why: Refusal) -> bool {
         self.settle(id, Stage::Refused(why))
     }
@@ -179,6 +181,11 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
     pub fn get(&self, id: I) -> Option<&Waiter<K, R>> {
         self.waiters.get(&id)
+    }
+
+    /// What `id` asked for, to change what the caller keeps with it.
+    pub fn request_mut(&mut self, id: I) -> Option<&mut R> {
+        self.waiters.get_mut(&id).map(|w| &mut w.request)
     }
 
     /// Locks that have waiters, matching `filter`.

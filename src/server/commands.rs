@@ -1,5 +1,6 @@
-//! The command handlers: parse, decide with the core rules, write the key,
-//! replicate the effect, reply.
+//! The command handlers: parse, decide with the core rules, hand the
+//! decision to the lock-lifecycle layer (`locks`), which writes the key and
+//! replicates the effect by the write path (`lockops`), reply.
 //!
 //! Effects, not commands, are replicated: a grant travels as
 //! `LOCK._APPLY key token fence unix-ms`, an extend as `PEXPIREAT`, a
@@ -7,52 +8,21 @@
 //! generated token included), fence and absolute expiry. A promotion's new
 //! fence epoch travels as `LOCK._EPOCH epoch`.
 
-use redis_module::{Context, RedisString, RedisValue};
+use redis_module::RedisValue;
 
 use crate::core::args;
-use crate::core::effects::{self, HoldEffect};
+use crate::core::effects;
 use crate::core::errors::LockError;
-use crate::core::grant::{self, Decision, Want};
-use crate::core::holders::{self, Hold, Holders};
+use crate::core::grant::{self, Decision};
+use crate::core::holders;
 use crate::core::lock::{self, LockRef};
-use crate::core::record::Stored;
 use crate::core::settings;
 use crate::core::token::{self, TokenArg};
 use crate::server::command::{Call, Reply};
 use crate::server::ffi::{self, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::reply::{self, Field};
-use crate::server::scheduler::{self, Job};
-use crate::server::{config, ephemeral, gate, lockops, state, stats, waiting};
-
-/// The lock on an open key (exclusive or a gate only), or WRONGTYPE.
-fn current(key: &LockKey) -> Result<Option<LockRef<'_>>, LockError> {
-    match held(key)? {
-        Held::Free => Ok(None),
-        Held::Exclusive(l) => Ok(Some(l)),
-        Held::Multi(_) => Err(grant::LockKind::ReadWrite.mismatch()),
-    }
-}
-
-/// Opens `name` for writing with the holds whose lease ran out already
-/// ended (the scheduler ends them too, but may be behind a client pause).
-fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
-    let key = LockKey::open(ctx, name, true);
-    let due = match key.stored() {
-        Some(Stored::Multi(h)) => h
-            .earliest()
-            .is_some_and(|at| holders::ended(at, ffi::now_ms())),
-        _ => false,
-    };
-    if due {
-        let key = lockops::end_leases(ctx, name, key);
-        drop(key);
-        // Room freed by the ended leases goes to the waiters first.
-        waiting::serve(ctx, name);
-        return LockKey::open(ctx, name, true);
-    }
-    key
-}
+use crate::server::{config, ephemeral, lockops, locks, state, stats, waiting, writable};
 
 pub fn acquire(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
@@ -70,7 +40,7 @@ pub fn acquire(call: &Call) -> Reply {
     let now = ffi::now_ms();
     let expire_at = lock::expiry_at(now, ttl_ms).ok_or(LockError::InvalidTtl)?;
     let name = &call.key();
-    let mut key = open_live(ctx, name);
+    let mut key = locks::open_live(ctx, name);
     let generated;
     let (token, given) = match req.token {
         TokenArg::Given(t) => (t, Some(t)),
@@ -94,7 +64,7 @@ pub fn acquire(call: &Call) -> Reply {
         // Room was freed where it could not be handed on at once (a key
         // event, a lease end): the waiters get it first, not this newcomer.
         drop(key);
-        waiting::serve(ctx, name);
+        locks::serve(ctx, name);
         key = LockKey::open(ctx, name, true);
         decision = decide(&key, waiting::count(ctx, name) > 0)?;
     }
@@ -108,8 +78,12 @@ pub fn acquire(call: &Call) -> Reply {
                     drop(key);
                     let timeout = settings::block_timeout(timeout, config::max_block_ms());
                     let request = waiting::Request::new(token, req.want, ttl_ms, bind_to);
-                    waiting::block(ctx, name, request, timeout, held_until);
-                    RedisValue::NoReply
+                    if waiting::block(ctx, name, request, timeout, held_until) {
+                        RedisValue::NoReply
+                    } else {
+                        stats::REFUSED.bump();
+                        RedisValue::Null
+                    }
                 }
                 _ => {
                     stats::REFUSED.bump();
@@ -117,37 +91,23 @@ pub fn acquire(call: &Call) -> Reply {
                 }
             });
         }
-        Decision::Regrant => {
-            let fence = held(&key)?
-                .fence_of(token, now)
-                .ok_or(LockError::Internal)?;
-            match req.want {
-                Want::Exclusive => lockops::set_expiry(ctx, name, key, expire_at),
-                _ => lockops::set_holder_expiry(ctx, name, key, token, expire_at),
-            }
-            stats::REGRANTS.bump();
-            fence
-        }
-        Decision::Grant => {
-            let fence = match req.want.creates() {
-                None => lockops::grant(ctx, name, key, token, expire_at, c"lock.acquired")?,
-                Some(kind) => {
-                    // A key with holders keeps its kind (the same, as decided).
-                    let kind = key.holders().map_or(kind, Holders::kind);
-                    lockops::grant_holder(ctx, name, key, kind, token, expire_at, c"lock.acquired")?
-                }
+        decision => {
+            let grant = locks::Grant {
+                token,
+                want: req.want,
+                expire_at,
+                now,
+                bind_to,
+                event: c"lock.acquired",
             };
-            stats::GRANTS.bump();
+            let fence = locks::carry_out(ctx, name, key, decision, &grant)?;
+            match decision {
+                Decision::Regrant => stats::REGRANTS.bump(),
+                _ => stats::GRANTS.bump(),
+            }
             fence
         }
     };
-    // A (re-)grant with EPHEMERAL binds the hold to this connection; a
-    // re-grant without it unbinds it.
-    match bind_to {
-        Some(client) => ephemeral::bind(waiting::lock_id(ctx, name), client, token, fence),
-        None if ephemeral::any() => ephemeral::unbind_holder(&waiting::lock_id(ctx, name), token),
-        None => {}
-    }
     Ok(reply::grant(ctx, token, fence))
 }
 
@@ -162,10 +122,8 @@ pub fn release(call: &Call) -> Reply {
         return Ok(RedisValue::Integer(0));
     };
     stats::RELEASES.bump();
-    match h {
-        Held::Multi(_) => lockops::release_holder(ctx, name, key, req.token),
-        _ => lockops::release(ctx, name, key),
-    }
+    let multi = matches!(h, Held::Multi(_));
+    locks::release(ctx, name, key, req.token, multi);
     Ok(RedisValue::Integer(1))
 }
 
@@ -181,10 +139,8 @@ pub fn extend(call: &Call) -> Reply {
         stats::EXTENDS_NOT_OWNER.bump();
         return Ok(RedisValue::Integer(0));
     }
-    match h {
-        Held::Multi(_) => lockops::set_holder_expiry(ctx, name, key, req.token, expire_at),
-        _ => lockops::set_expiry(ctx, name, key, expire_at),
-    }
+    let multi = matches!(h, Held::Multi(_));
+    locks::extend(ctx, name, key, req.token, multi, expire_at);
     stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }
@@ -203,7 +159,7 @@ pub fn info(call: &Call) -> Reply {
             ],
         ));
     }
-    let id = waiting::lock_id(ctx, argv[1]);
+    let id = ffi::lock_id(ctx, argv[1]);
     let now = ffi::now_ms();
     let ttl = key.ttl_ms().unwrap_or(-1);
     let waiters = Field::Int(waiting::count(ctx, argv[1]) as i64);
@@ -212,7 +168,7 @@ pub fn info(call: &Call) -> Reply {
     let gone = |token: &[u8], fence: u64| {
         ephemeral::orphans() > 0
             && ephemeral::is_orphan(&id, token, fence)
-            && gate::may_write(ctx).is_ok()
+            && writable::may_write(ctx).is_ok()
     };
     match held(&key)? {
         Held::Free => Ok(RedisValue::Null),
@@ -281,60 +237,7 @@ pub fn apply_hold(call: &Call) -> Reply {
         return Err(LockError::InternalCommand);
     }
     let effect = effects::parse_hold(argv)?;
-    let mut key = LockKey::open(ctx, &call.key(), true);
-    let current_kind = match held(&key)? {
-        Held::Free => None,
-        Held::Multi(h) => Some(h.kind()),
-        Held::Exclusive(_) => return Err(grant::LockKind::ReadWrite.mismatch()),
-    };
-    match effect {
-        HoldEffect::Grant {
-            kind,
-            token,
-            fence,
-            expire_at_ms,
-        } => {
-            let hold = Hold {
-                fence,
-                expire_at: expire_at_ms,
-            };
-            match current_kind {
-                Some(k) if k == kind => {
-                    if let Some(h) = key.holders_mut() {
-                        h.insert(token, hold);
-                    }
-                }
-                None => {
-                    let mut h = Holders::new(kind);
-                    h.insert(token, hold);
-                    key.set_holders(h);
-                }
-                Some(_) => return Err(LockError::WrongType),
-            }
-            state::with_clock(|c| c.observe(fence));
-        }
-        HoldEffect::End { token } => {
-            if let Some(h) = key.holders_mut() {
-                h.remove(token);
-            }
-        }
-    }
-    // Its master ends the leases; should this server be promoted, it
-    // watches them itself.
-    let (look, latest) = match key.holders() {
-        Some(h) => (h.look_needed(), h.latest()),
-        None => (None, None),
-    };
-    match latest {
-        Some(at) => key.set_expire_at(at),
-        None => lockops::delete(&mut key),
-    }
-    drop(key);
-    if let Some(at) = look {
-        let id = waiting::lock_id(ctx, &call.key());
-        scheduler::at(ctx, Job::Leases(id), at);
-    }
-    ctx.replicate_verbatim();
+    locks::replay_hold(ctx, &call.key(), effect)?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
@@ -347,15 +250,9 @@ pub fn apply(call: &Call) -> Reply {
         return Err(LockError::InternalCommand);
     }
     let req = effects::parse_apply(argv)?;
-    let mut key = LockKey::open(ctx, &call.key(), true);
-    current(&key)?;
-    key.set_lock(LockRef::new(req.token, req.fence));
-    if let Some(at) = req.expire_at_ms {
-        key.set_expire_at(at);
-    }
-    state::with_clock(|c| c.observe(req.fence));
-    // A replica's own AOF and sub-replicas get the effect as it came.
-    ctx.replicate_verbatim();
+    let key = LockKey::open(ctx, &call.key(), true);
+    let lock = LockRef::new(req.token, req.fence);
+    lockops::replay_grant(ctx, key, lock, req.expire_at_ms)?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -11,8 +11,7 @@ use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::limits;
 use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
 use crate::core::record::{Record, Stored};
-use crate::server::scheduler::{self, Job};
-use crate::server::{ffi, guard, state, stats, waiting};
+use crate::server::{catch_panic, ffi, locks, state, stats};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -54,7 +53,7 @@ unsafe fn stored<'a>(value: *const c_void) -> Stored<'a> {
 /// or gate as fence and token (as in version 1), or holders as limit (0 for
 /// shared), count, and each hold's fence, lease end and token.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         // SAFETY: Redis passes a value of this type.
         match unsafe { stored(value) } {
             Stored::Single(lock) => {
@@ -105,7 +104,7 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
 }
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guard::callback(std::ptr::null_mut(), || {
+    catch_panic::callback(std::ptr::null_mut(), || {
         let fields = (|| {
             let mode = raw::load_unsigned(rdb).ok()?;
             match Mode::from_code(mode)? {
@@ -154,11 +153,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // A restored or loaded lock raises the floor for new fences.
         state::with_clock(|c| c.observe(fence));
         // Holders' leases end on their own: watch the first one. A client's
-        // RESTORE is looked at once, for the key's TTL (see `lockops::tend`).
+        // RESTORE is looked at once, for the key's TTL (see `locks::tend`).
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
-            if let (Some(at), Some(ctx)) = (holders.look_needed(), state::detached_context()) {
+            if let Some(at) = holders.look_needed() {
                 let at = if trusted { at } else { ffi::now_ms() };
-                scheduler::at(&ctx, Job::Leases(id), at);
+                locks::watch_leases_of(id, at);
             }
         }
         record.into_raw()
@@ -170,7 +169,7 @@ unsafe extern "C" fn aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         // SAFETY: Redis passes a value of this type.
         match unsafe { stored(value) } {
             Stored::Single(lock) if lock.is_gate() => ffi::emit_aof_gate(aof, key, lock.fence()),
@@ -182,12 +181,12 @@ unsafe extern "C" fn aof_rewrite(
 
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     // SAFETY: Redis passes a value of this type.
-    guard::callback(0, || Record::size_of(unsafe { stored(value) }))
+    catch_panic::callback(0, || Record::size_of(unsafe { stored(value) }))
 }
 
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     // SAFETY: Redis passes a value of this type.
-    guard::callback((), || match unsafe { stored(value) } {
+    catch_panic::callback((), || match unsafe { stored(value) } {
         Stored::Single(lock) => ffi::digest_lock(md, lock),
         Stored::Multi(holders) => ffi::digest_holders(md, holders),
     })
@@ -196,7 +195,7 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: Redis hands back ownership of a record it got from
     // `set_lock`, `rdb_load` or `copy`.
-    guard::callback((), || {
+    catch_panic::callback((), || {
         drop(unsafe { Record::from_raw(value) });
     })
 }
@@ -205,13 +204,13 @@ unsafe extern "C" fn copy(
     opt: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
-    guard::callback(std::ptr::null_mut(), || {
+    catch_panic::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
         let copy = Record::copy_of(unsafe { stored(value) });
         // The copy's holders' leases end on their own too: watch the first.
-        if let (Stored::Multi(holders), Some(ctx)) = (copy.view(), state::detached_context()) {
+        if let Stored::Multi(holders) = copy.view() {
             if let Some(at) = holders.look_needed() {
-                scheduler::at(&ctx, Job::Leases(ffi::copy_target(opt)), at);
+                locks::watch_leases_of(ffi::copy_target(opt), at);
             }
         }
         copy.into_raw()
@@ -220,7 +219,7 @@ unsafe extern "C" fn copy(
 
 /// A lock is leaving the keyspace, for any reason but a flush.
 unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         let (db, key) = ffi::unlinked_key(opt);
         stats::note_unlink(key);
         // SAFETY: Redis passes a value of this type.
@@ -233,12 +232,12 @@ unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c
             }
             Stored::Single(_) => false,
         };
-        waiting::on_lock_unlinked(db, key, with_holders);
+        locks::on_lock_unlinked(db, key, with_holders);
     })
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             return;
         }
@@ -250,7 +249,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
 }
 
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when: c_int) -> c_int {
-    guard::callback(raw::REDISMODULE_ERR as c_int, || {
+    catch_panic::callback(raw::REDISMODULE_ERR as c_int, || {
         if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             return raw::REDISMODULE_OK as c_int;
         }

@@ -1,6 +1,6 @@
 //! Command registration, and the one entry point every command goes
 //! through: it views the arguments as byte slices without copying them,
-//! runs the handler inside the panic guard, and sends its reply.
+//! runs the handler inside the panic catch_panic, and sends its reply.
 
 use std::ffi::{c_int, CStr};
 
@@ -9,7 +9,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::effects;
 use crate::server::command::{Call, Reply};
 use crate::server::command_docs::{self as docs, Doc};
-use crate::server::{commands, ephemeral, ffi, guard, guarded, reply, waiting};
+use crate::server::{catch_panic, commands, ephemeral, ffi, guarded, locks, reply};
 
 type Handler = fn(&Call) -> Reply;
 
@@ -49,12 +49,12 @@ fn dispatch(
         &heap
     };
     let call = Call::new(&ctx, slices, raw_args);
-    let status = match guard::command(|| {
+    let status = match catch_panic::command(|| {
         if writes_lock && slices.len() > 1 && ephemeral::orphans() > 0 {
             // Holds whose connection closed count as gone: released before
             // the command looks at the lock (the scheduler may not have
             // come to them yet).
-            ephemeral::release_orphans_of(&ctx, &waiting::lock_id(&ctx, slices[1]));
+            locks::release_orphans_of(&ctx, slices[1]);
         }
         handler(&call)
     }) {

@@ -1,25 +1,19 @@
 //! `EPHEMERAL`: holds bound to the connection that asked for them, released
 //! the moment it closes.
 //!
-//! The bookkeeping is the core's ([`Bindings`]). A closing connection's
-//! holds count as gone at once: the disconnect only marks them orphans (a
-//! server event is no place to write from, and a connection may hold
-//! 100,000 of them); a command that writes a lock first releases that
-//! lock's orphans, and the scheduler releases the rest in time-sliced
-//! passes. Each release is a revoke of the exact grant (token and fence),
-//! the same path as `LOCK.RELEASE` (replicated as a release, handed to
-//! waiters, notified), and does nothing if the lock has moved on. The
+//! The bookkeeping is the core's ([`Bindings`]); this file keeps it for the
+//! server's one thread. A closing connection's holds count as gone at
+//! once: the disconnect only marks them orphans (a server event is no place
+//! to write from, and a connection may hold 100,000 of them); the
+//! lock-lifecycle layer (`locks`) releases a lock's orphans before a
+//! command writes it, and the rest from the scheduler in time-sliced
+//! passes, each as a revoke of the exact grant (token and fence). The
 //! binding lives in this server's memory only: a restart, `DEBUG RELOAD` or
 //! failover leaves the hold with its lease.
 
 use std::cell::RefCell;
-use std::ffi::c_void;
 
-use redis_module::{raw, Context};
-
-use crate::core::bindings::Bindings;
-use crate::server::waiting::LockId;
-use crate::server::{ffi, guard, lockops, scheduler, stats};
+use crate::core::bindings::{Bindings, LockId};
 
 thread_local! {
     // Redis calls modules on its main thread only.
@@ -89,55 +83,22 @@ pub fn orphans() -> usize {
     with(|b| b.orphans())
 }
 
-/// Releases `lock`'s holds whose connection closed, now: a command about
-/// to write the lock sees them gone. Call only where writing is allowed.
-pub fn release_orphans_of(ctx: &Context, lock: &LockId) {
+/// Takes `lock`'s holds whose connection closed, to be released now: a
+/// command about to write the lock sees them gone.
+pub fn take_orphans(lock: &LockId) -> Vec<(Vec<u8>, u64)> {
     if with(|b| b.orphans()) == 0 {
-        return;
+        return Vec::new();
     }
-    let taken = with(|b| b.take_orphans(lock));
-    if taken.is_empty() {
-        return;
-    }
-    let db = ffi::selected_db(ctx);
-    for (token, fence) in taken {
-        stats::EPHEMERAL_RELEASES.bump();
-        lockops::revoke(ctx, lock, &token, fence);
-    }
-    // The command goes on in the database it was sent to.
-    ffi::select_db(ctx, db);
+    with(|b| b.take_orphans(lock))
 }
 
-/// Releases the next hold of a closed connection, from a scheduler pass
-/// that checked the server's state; false if none is left.
-pub fn release_next_orphan(ctx: &Context) -> bool {
-    let Some((lock, token, fence)) = with(Bindings::next_orphan) else {
-        return false;
-    };
-    stats::EPHEMERAL_RELEASES.bump();
-    lockops::revoke(ctx, &lock, &token, fence);
-    true
+/// Takes the next hold of a closed connection, to be released.
+pub fn next_orphan() -> Option<(LockId, Vec<u8>, u64)> {
+    with(Bindings::next_orphan)
 }
 
-/// Subscribes to client changes; false if Redis refused.
-pub fn subscribe(ctx: &Context) -> bool {
-    ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change)
-}
-
-unsafe extern "C" fn on_client_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _e: raw::RedisModuleEvent,
-    sub: u64,
-    data: *mut c_void,
-) {
-    guard::callback((), || {
-        if sub != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || with(|b| b.live() == 0) {
-            return;
-        }
-        // A connection closed: its holds are orphans from now on, released
-        // by the scheduler in slices.
-        if with(|b| b.close(ffi::changed_client_id(data))) > 0 {
-            scheduler::orphans_pending(&Context::new(ctx));
-        }
-    })
+/// A connection closed: its holds are orphans from now on. Returns how
+/// many there are.
+pub fn close(client: u64) -> usize {
+    with(|b| if b.live() == 0 { 0 } else { b.close(client) })
 }

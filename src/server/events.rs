@@ -1,13 +1,14 @@
 //! Server events: promotion, which moves the fence clock to a new epoch;
-//! demotion, which ends every wait; and flushes and SWAPDB, which free or
-//! move locks without any per-key event.
+//! demotion, which ends every wait; flushes and SWAPDB, which free or move
+//! locks without any per-key event; and closed connections, whose
+//! `EPHEMERAL` holds go.
 
 use std::ffi::c_void;
 
 use redis_module::{raw, Context};
 
 use crate::server::scheduler::{self, Job};
-use crate::server::{ffi, guard, state, waiting};
+use crate::server::{catch_panic, ephemeral, ffi, locks, state};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
@@ -17,6 +18,25 @@ pub fn subscribe(ctx: &Context) -> bool {
         on_role_changed,
     ) && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb)
+        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change)
+}
+
+unsafe extern "C" fn on_client_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    data: *mut c_void,
+) {
+    catch_panic::callback((), || {
+        if sub != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED || ephemeral::count() == 0 {
+            return;
+        }
+        // A connection closed: its holds are orphans from now on, released
+        // by the scheduler in slices.
+        if ephemeral::close(ffi::changed_client_id(data)) > 0 {
+            scheduler::orphans_pending(&Context::new(ctx));
+        }
+    })
 }
 
 /// A promoted replica may have missed its old master's last grants, and the
@@ -29,9 +49,9 @@ unsafe extern "C" fn on_role_changed(
     sub: u64,
     _d: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if sub != raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER {
-            waiting::on_demoted();
+            locks::on_demoted();
             return;
         }
         let ctx = Context::new(ctx);
@@ -56,9 +76,9 @@ unsafe extern "C" fn on_flush(
     sub: u64,
     data: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         if sub == raw::REDISMODULE_SUBEVENT_FLUSHDB_END {
-            waiting::on_flushed(ffi::flushed_db(data));
+            locks::on_flushed(ffi::flushed_db(data));
         }
     })
 }
@@ -70,8 +90,8 @@ unsafe extern "C" fn on_swapdb(
     _sub: u64,
     data: *mut c_void,
 ) {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         let (first, second) = ffi::swapped_dbs(data);
-        waiting::on_swapped(first, second);
+        locks::on_swapped(first, second);
     })
 }

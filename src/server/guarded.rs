@@ -17,11 +17,11 @@ use redis_module::RedisValue;
 use crate::core::args;
 use crate::core::effects;
 use crate::core::errors::LockError;
-use crate::core::lock::{self, GateDecision, LockRef};
+use crate::core::lock::{self, GateDecision};
 use crate::core::slot;
 use crate::server::command::{Call, Reply};
 use crate::server::ffi::{self, KeyKind, LockKey};
-use crate::server::{held, stats};
+use crate::server::{held, lockops, stats};
 
 pub fn call(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
@@ -70,19 +70,8 @@ pub fn fence(call: &Call) -> Reply {
     // The gate moves only for a command that ran: one refused (ACL, memory,
     // an error of its own) leaves everything as it was.
     if raise && ran {
-        let mut key = LockKey::open(ctx, &name, true);
-        let may_set = match key.kind() {
-            KeyKind::Empty => true,
-            KeyKind::Lock => key
-                .lock()
-                .is_some_and(|g| g.is_gate() && g.fence() < req.fence),
-            // The command itself put another type under the gate's name.
-            KeyKind::Other => false,
-        };
-        if may_set && key.set_lock(LockRef::gate(req.fence)) {
-            drop(key);
-            ffi::replicate_gate(ctx, &name, req.fence);
-        }
+        let key = LockKey::open(ctx, &name, true);
+        lockops::raise_gate(ctx, &name, key, req.fence);
     }
     Ok(RedisValue::NoReply)
 }
@@ -195,14 +184,7 @@ pub fn apply_gate(call: &Call) -> Reply {
         return Err(LockError::InternalCommand);
     }
     let fence = effects::parse_gate_apply(argv)?;
-    let mut key = LockKey::open(ctx, &call.key(), true);
-    match key.kind() {
-        KeyKind::Other => return Err(LockError::WrongType),
-        KeyKind::Lock if key.gate().is_none() => return Err(LockError::LockNotGate),
-        _ => {}
-    }
-    key.set_lock(LockRef::gate(fence));
-    drop(key);
-    ctx.replicate_verbatim();
+    let key = LockKey::open(ctx, &call.key(), true);
+    lockops::replay_gate(ctx, key, fence)?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -1,22 +1,28 @@
 //! The one place a lock is written: grant, new expiry, release — of an
 //! exclusive lock, or of one holder of a shared lock or a semaphore, whose
-//! leases also end here. Commands, handoffs to waiters, revoked grants and
-//! scheduled lease ends all go through here, so every write is stored,
-//! propagated to replicas and the AOF, notified and followed up (waiters
-//! served, expiry watched) the same way.
+//! leases also end here — and the effects replayed from a master or the
+//! AOF, and a fence gate's raise. Each write is stored, propagated to
+//! replicas and the AOF and notified, in that order, the same way for
+//! every caller. What follows a write (waiters served, bindings changed,
+//! a lease end watched) is the lock-lifecycle layer's (`locks`): a write
+//! that leaves a lease end to watch returns when.
 
 use std::ffi::CStr;
 
 use redis_module::{Context, RedisString};
 
+use crate::core::effects::HoldEffect;
 use crate::core::errors::LockError;
+use crate::core::grant::LockKind;
 use crate::core::holders::{self, Hold, Holders, Kind};
 use crate::core::lock::LockRef;
-use crate::core::record::Stored;
-use crate::server::ffi::{self, LockKey};
-use crate::server::scheduler::{self, Job};
-use crate::server::waiting::{self, LockId};
-use crate::server::{ephemeral, state, stats};
+use crate::server::ffi::{self, KeyKind, LockKey};
+use crate::server::held::{held, Held};
+use crate::server::{state, stats};
+
+/// When the next lease end of a key's holders is to be looked at, if a
+/// write needs a look set up for it.
+pub type Look = Option<i64>;
 
 /// Grants the free lock `name` (open for writing as `key`) to `token` until
 /// `expire_at`, with a new fence, and propagates it. `event` is the
@@ -46,43 +52,20 @@ pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at
     key.set_expire_at(expire_at);
     drop(key);
     ffi::replicate_expire_at(ctx, name, expire_at);
-    waiting::watch_expiry(ctx, name, expire_at);
     ffi::notify(ctx, c"lock.extended", name);
 }
 
-/// Deletes the lock `name` and hands it to its first waiter.
-pub fn release(ctx: &Context, name: &RedisString, mut key: LockKey) {
-    if ephemeral::any() {
-        ephemeral::unbind(&waiting::lock_id(ctx, name));
-    }
+/// Deletes the lock `name`.
+pub fn delete_lock(ctx: &Context, name: &RedisString, mut key: LockKey) {
     delete(&mut key);
     drop(key);
     ffi::replicate_delete(ctx, name);
     ffi::notify(ctx, c"lock.released", name);
-    waiting::serve(ctx, name);
-}
-
-/// Releases a grant whose client disconnected before its reply, if the
-/// lock is still that grant.
-pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) {
-    if !ffi::select_db(ctx, id.0) {
-        return;
-    }
-    let name = ctx.create_string(id.1.as_slice());
-    let key = LockKey::open(ctx, &name, true);
-    match key.stored() {
-        Some(Stored::Single(l)) if l.fence() == fence && l.is_held_by(token) => {
-            release(ctx, &name, key)
-        }
-        Some(Stored::Multi(h)) if h.get(token).is_some_and(|h| h.fence == fence) => {
-            release_holder(ctx, &name, key, token)
-        }
-        _ => {}
-    }
 }
 
 /// Gives `token` a new hold on the key `name` (free, or holding `kind`
-/// holders with room), with a new fence, and propagates it.
+/// holders with room), with a new fence, and propagates it. Returns the
+/// fence and the look to set up.
 pub fn grant_holder(
     ctx: &Context,
     name: &RedisString,
@@ -91,7 +74,7 @@ pub fn grant_holder(
     token: &[u8],
     expire_at: i64,
     event: &CStr,
-) -> Result<u64, LockError> {
+) -> Result<(u64, Look), LockError> {
     let fence =
         state::with_clock(|c| c.next_fence(ffi::now_ms())).ok_or(LockError::FenceExhausted)?;
     let hold = Hold { fence, expire_at };
@@ -111,83 +94,38 @@ pub fn grant_holder(
             after
         }
     };
-    settle(ctx, name, key, after);
+    let look = settle(key, after);
     ffi::replicate_hold(ctx, name, kind, token, hold);
     ffi::notify(ctx, event, name);
-    Ok(fence)
+    Ok((fence, look))
 }
 
 /// Moves the lease of `token`'s hold (re-grant, extend); its fence stays.
+/// Returns the look to set up.
+#[must_use]
 pub fn set_holder_expiry(
     ctx: &Context,
     name: &RedisString,
     mut key: LockKey,
     token: &[u8],
     expire_at: i64,
-) {
-    let Some(holders) = key.holders_mut() else {
-        return;
-    };
+) -> Look {
+    let holders = key.holders_mut()?;
     let before = holders.latest();
     if !holders.set_expiry(token, expire_at) {
-        return;
+        return None;
     }
     let kind = holders.kind();
-    let Some(hold) = holders.get(token) else {
-        return;
-    };
+    let hold = holders.get(token)?;
     let after = After::change(holders, true, before);
-    settle(ctx, name, key, after);
+    let look = settle(key, after);
     ffi::replicate_hold(ctx, name, kind, token, hold);
     ffi::notify(ctx, c"lock.extended", name);
+    look
 }
 
-/// Ends `token`'s hold and hands the freed room to the waiters.
-pub fn release_holder(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8]) {
-    if ephemeral::any() {
-        ephemeral::unbind_holder(&waiting::lock_id(ctx, name), token);
-    }
-    end_hold(ctx, name, key, token, c"lock.released");
-    waiting::serve(ctx, name);
-}
-
-/// Ends every hold of `name` whose lease has run out, as the holders'
-/// own releases would (propagated, notified, unbound), and returns the key
-/// open again. Does not serve the waiters: the caller does.
-pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
-    let now = ffi::now_ms();
-    let due = key
-        .holders()
-        .and_then(|h| h.earliest())
-        .is_some_and(|at| holders::ended(at, now));
-    if !due {
-        return key;
-    }
-    let mut key = key;
-    let id = ephemeral::any().then(|| waiting::lock_id(ctx, name));
-    let mut ended = Vec::new();
-    let Some(holders) = key.holders_mut() else {
-        return key;
-    };
-    let before = holders.latest();
-    while let Some((token, _)) = holders.pop_ended(now) {
-        ended.push(token);
-    }
-    let after = After::change(holders, false, before);
-    settle(ctx, name, key, after);
-    for token in ended {
-        if let Some(id) = &id {
-            ephemeral::unbind_holder(id, &token);
-        }
-        ffi::replicate_hold_end(ctx, name, &token);
-        stats::LEASE_ENDS.bump();
-    }
-    ffi::notify(ctx, c"lock.expired", name);
-    LockKey::open(ctx, name, true)
-}
-
-/// Ends `token`'s hold without serving anyone.
-fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8], event: &CStr) {
+/// Ends `token`'s hold.
+pub fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8]) {
     let Some(holders) = key.holders_mut() else {
         return;
     };
@@ -196,9 +134,60 @@ fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8], e
         return;
     }
     let after = After::change(holders, false, before);
-    settle(ctx, name, key, after);
+    settle(key, after);
     ffi::replicate_hold_end(ctx, name, token);
-    ffi::notify(ctx, event, name);
+    ffi::notify(ctx, c"lock.released", name);
+}
+
+/// Whether a hold of the open key has a lease that ran out already.
+pub fn leases_due(key: &LockKey) -> bool {
+    key.holders()
+        .and_then(|h| h.earliest())
+        .is_some_and(|at| holders::ended(at, ffi::now_ms()))
+}
+
+/// Ends every hold of `name` whose lease has run out, as the holders'
+/// own releases would (propagated, notified), and returns the key open
+/// again with the tokens whose holds ended.
+pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> (LockKey, Vec<Box<[u8]>>) {
+    let now = ffi::now_ms();
+    if !leases_due(&key) {
+        return (key, Vec::new());
+    }
+    let mut key = key;
+    let mut ended = Vec::new();
+    let Some(holders) = key.holders_mut() else {
+        return (key, ended);
+    };
+    let before = holders.latest();
+    while let Some((token, _)) = holders.pop_ended(now) {
+        ended.push(token);
+    }
+    let after = After::change(holders, false, before);
+    settle(key, after);
+    for token in &ended {
+        ffi::replicate_hold_end(ctx, name, token);
+        stats::LEASE_ENDS.bump();
+    }
+    ffi::notify(ctx, c"lock.expired", name);
+    (LockKey::open(ctx, name, true), ended)
+}
+
+/// A key with holders has its latest lease as its TTL, whatever TTL a
+/// `RESTORE` gave it: set here and replicated. Returns the next lease end
+/// to watch (the look that ran is used up).
+#[must_use]
+pub fn keep_ttl_at_latest(ctx: &Context, name: &RedisString, mut key: LockKey) -> Look {
+    if let Some(latest) = key.holders().and_then(Holders::latest) {
+        if key.expire_at() != Some(latest) {
+            key.set_expire_at(latest);
+            ffi::replicate_expire_at(ctx, name, latest);
+        }
+    }
+    key.holders().and_then(|h| {
+        h.set_watched(None);
+        h.look_needed()
+    })
 }
 
 /// What a change of holders leaves to do on the key: its TTL is the
@@ -209,7 +198,7 @@ fn end_hold(ctx: &Context, name: &RedisString, mut key: LockKey, token: &[u8], e
 struct After {
     latest: Option<i64>,
     latest_moved: bool,
-    look: Option<i64>,
+    look: Look,
 }
 
 impl After {
@@ -223,52 +212,136 @@ impl After {
     }
 }
 
-/// Carries out `after` on the key `name`, and closes it.
-fn settle(ctx: &Context, name: &RedisString, mut key: LockKey, after: After) {
+/// Carries out `after` on the key, closes it, and returns its look.
+fn settle(mut key: LockKey, after: After) -> Look {
     match after.latest {
         None => delete(&mut key),
         Some(at) if after.latest_moved => key.set_expire_at(at),
         Some(_) => {}
     }
-    drop(key);
-    if let Some(at) = after.look {
-        scheduler::at(ctx, Job::Leases(waiting::lock_id(ctx, name)), at);
-    }
-}
-
-/// Looks at the holders of a lock from a scheduler job: ends the leases
-/// that ran out and hands their room on.
-pub fn tend(ctx: &Context, id: &LockId) {
-    if !ffi::select_db(ctx, id.0) {
-        return;
-    }
-    let name = ctx.create_string(id.1.as_slice());
-    let key = LockKey::open(ctx, &name, true);
-    let mut key = end_leases(ctx, &name, key);
-    // A key with holders has its latest lease as its TTL, whatever TTL a
-    // `RESTORE` gave it: set here (the restore looks at once) and replicated.
-    if let Some(latest) = key.holders().and_then(Holders::latest) {
-        if key.expire_at() != Some(latest) {
-            key.set_expire_at(latest);
-            ffi::replicate_expire_at(ctx, &name, latest);
-        }
-    }
-    // Still holding: watch the next lease to end (this look is used up).
-    let look = key.holders().and_then(|h| {
-        h.set_watched(None);
-        h.look_needed()
-    });
-    drop(key);
-    if let Some(at) = look {
-        scheduler::at(ctx, Job::Leases(id.clone()), at);
-    }
-    waiting::serve(ctx, &name);
+    after.look
 }
 
 /// Deletes a lock's key. Redis raises no key event for a deletion through
 /// the module API, so the note of its unlink must not be taken for the next
 /// expiry's.
-pub fn delete(key: &mut LockKey) {
+fn delete(key: &mut LockKey) {
     key.delete();
     stats::forget_unlink();
+}
+
+/// Stores a grant exactly as the master (or the AOF) recorded it, and
+/// passes the effect on as it came (a replica's own AOF and sub-replicas).
+pub fn replay_grant(
+    ctx: &Context,
+    mut key: LockKey,
+    lock: LockRef<'_>,
+    expire_at: Option<i64>,
+) -> Result<(), LockError> {
+    if let Held::Multi(_) = held(&key)? {
+        return Err(LockKind::ReadWrite.mismatch());
+    }
+    if !key.set_lock(lock) {
+        return Err(LockError::Internal);
+    }
+    if let Some(at) = expire_at {
+        key.set_expire_at(at);
+    }
+    drop(key);
+    state::with_clock(|c| c.observe(lock.fence()));
+    ctx.replicate_verbatim();
+    Ok(())
+}
+
+/// Stores one holder's effect exactly as the master (or the AOF) recorded
+/// it, and passes it on as it came. The key's TTL is its latest lease;
+/// returns the look to set up (its master ends the leases; should this
+/// server be promoted, it watches them itself).
+pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Result<Look, LockError> {
+    let current_kind = match held(&key)? {
+        Held::Free => None,
+        Held::Multi(h) => Some(h.kind()),
+        Held::Exclusive(_) => return Err(LockKind::ReadWrite.mismatch()),
+    };
+    match effect {
+        HoldEffect::Grant {
+            kind,
+            token,
+            fence,
+            expire_at_ms,
+        } => {
+            let hold = Hold {
+                fence,
+                expire_at: expire_at_ms,
+            };
+            match current_kind {
+                Some(k) if k == kind => {
+                    if let Some(h) = key.holders_mut() {
+                        h.insert(token, hold);
+                    }
+                }
+                None => {
+                    let mut h = Holders::new(kind);
+                    h.insert(token, hold);
+                    if !key.set_holders(h) {
+                        return Err(LockError::Internal);
+                    }
+                }
+                Some(_) => return Err(LockError::WrongType),
+            }
+            state::with_clock(|c| c.observe(fence));
+        }
+        HoldEffect::End { token } => {
+            if let Some(h) = key.holders_mut() {
+                h.remove(token);
+            }
+        }
+    }
+    let after = match key.holders() {
+        // The TTL is set whether or not the latest lease moved.
+        Some(h) => After {
+            latest: h.latest(),
+            latest_moved: true,
+            look: h.look_needed(),
+        },
+        None => After {
+            latest: None,
+            latest_moved: true,
+            look: None,
+        },
+    };
+    let look = settle(key, after);
+    ctx.replicate_verbatim();
+    Ok(look)
+}
+
+/// Raises the fence gate `name` to `fence` after a command it guarded ran,
+/// unless the key moved on meanwhile (a higher gate, or another type the
+/// command itself put under the name).
+pub fn raise_gate(ctx: &Context, name: &RedisString, mut key: LockKey, fence: u64) {
+    let may_set = match key.kind() {
+        KeyKind::Empty => true,
+        KeyKind::Lock => key.lock().is_some_and(|g| g.is_gate() && g.fence() < fence),
+        KeyKind::Other => false,
+    };
+    if may_set && key.set_lock(LockRef::gate(fence)) {
+        drop(key);
+        ffi::replicate_gate(ctx, name, fence);
+    }
+}
+
+/// Stores a gate's highest fence as the master (or the AOF) recorded it,
+/// and passes the effect on as it came.
+pub fn replay_gate(ctx: &Context, mut key: LockKey, fence: u64) -> Result<(), LockError> {
+    match key.kind() {
+        KeyKind::Other => return Err(LockError::WrongType),
+        KeyKind::Lock if key.gate().is_none() => return Err(LockError::LockNotGate),
+        _ => {}
+    }
+    if !key.set_lock(LockRef::gate(fence)) {
+        return Err(LockError::Internal);
+    }
+    drop(key);
+    ctx.replicate_verbatim();
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! The Redis side of the module: registration, commands, the data type,
 //! server events, and the small unsafe wrappers they share.
 
+mod catch_panic;
 mod cluster;
 mod command;
 mod command_docs;
@@ -11,16 +12,17 @@ mod dispatch;
 mod ephemeral;
 mod events;
 mod ffi;
-mod gate;
-mod guard;
 mod guarded;
 mod held;
+mod info;
 mod lockops;
+mod locks;
 mod reply;
 mod scheduler;
 mod state;
 mod stats;
 mod waiting;
+mod writable;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
@@ -29,7 +31,7 @@ use datatype::LOCK_TYPE;
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic while loading must refuse the load, not abort the server.
-    guard::callback(Status::Err, || load(ctx, args))
+    catch_panic::callback(Status::Err, || load(ctx, args))
 }
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {
@@ -48,7 +50,8 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     state::set_detached_context(ffi::detached_context(ctx));
-    if !stats::subscribe(ctx) || !events::subscribe(ctx) || !ephemeral::subscribe(ctx) {
+    scheduler::set_runner(&locks::RUNNER);
+    if !stats::subscribe(ctx) || !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;
     }
@@ -57,7 +60,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // Replaces the crate's default INFO handler with the module's section.
-    raw::register_info_function(ctx.ctx, Some(stats::info));
+    raw::register_info_function(ctx.ctx, Some(info::info));
     Status::Ok
 }
 

@@ -27,10 +27,10 @@ use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
 use crate::core::schedule::Schedule;
-use crate::server::ffi::{self, BlockedHandle, TimerId};
-use crate::server::gate::{self, Hold};
-use crate::server::waiting::{self, LockId};
-use crate::server::{ephemeral, guard, lockops, state, stats};
+use crate::core::swapdb;
+use crate::server::ffi::{self, BlockedId, LockId, TimerId};
+use crate::server::writable::{self, NotWritable};
+use crate::server::{catch_panic, state, stats};
 
 /// How soon writes held back by the server's state are tried again.
 pub const RETRY_MS: i64 = 10;
@@ -43,21 +43,47 @@ pub enum Job {
     /// and hand their room on.
     Leases(LockId),
     /// A waiter's `BLOCK` timeout.
-    Deadline(BlockedHandle),
+    Deadline(BlockedId),
     /// Give back a grant whose client left before its reply: lock, token, fence.
     Revoke(LockId, Vec<u8>, u64),
     /// Propagate a promoted master's fence epoch.
     Epoch(u64),
 }
 
+/// What the jobs do: the layers above the scheduler, registered once at
+/// load, so the timer knows when things run and not what they are.
+pub struct Runner {
+    /// Runs one due writing job (never a deadline).
+    pub job: fn(&Context, Job),
+    /// A waiter's deadline passed.
+    pub deadline: fn(BlockedId),
+    /// Whether background work is pending (closed connections' holds).
+    pub background_pending: fn() -> bool,
+    /// Does one piece of background work; false if none was left.
+    pub background: fn(&Context) -> bool,
+    /// A pass found this server a replica: it forgets what only a master
+    /// keeps (connection bindings).
+    pub on_replica: fn(),
+}
+
+/// Runs nothing: until the module's runner is registered.
+static IDLE_RUNNER: Runner = Runner {
+    job: |_, _| {},
+    deadline: |_| {},
+    background_pending: || false,
+    background: |_| false,
+    on_replica: || {},
+};
+
 thread_local! {
     // Redis calls modules on its main thread only.
+    static RUNNER: Cell<&'static Runner> = const { Cell::new(&IDLE_RUNNER) };
     /// Every job but the deadlines: they write, so they wait while the
     /// server's state forbids writing.
     static WRITES: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
     /// Waiters' deadlines: answering nil writes nothing, so they run in
     /// any state.
-    static DEADLINES: RefCell<Schedule<BlockedHandle>> = RefCell::new(Schedule::default());
+    static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
     /// The server's state held writes back: not looked at again before then.
@@ -67,11 +93,20 @@ thread_local! {
     static PARKED: RefCell<BTreeSet<LockId>> = const { RefCell::new(BTreeSet::new()) };
 }
 
+/// Registers what the jobs do; once, at load.
+pub fn set_runner(runner: &'static Runner) {
+    RUNNER.with(|r| r.set(runner));
+}
+
+fn runner() -> &'static Runner {
+    RUNNER.with(Cell::get)
+}
+
 fn writes<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
     WRITES.with(|s| f(&mut s.borrow_mut()))
 }
 
-fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedHandle>) -> R) -> R {
+fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedId>) -> R) -> R {
     DEADLINES.with(|s| f(&mut s.borrow_mut()))
 }
 
@@ -117,7 +152,7 @@ pub fn cancel(job: &Job) {
 }
 
 fn idle() -> bool {
-    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && ephemeral::orphans() == 0
+    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && !(runner().background_pending)()
 }
 
 fn stop_if_idle() {
@@ -128,66 +163,33 @@ fn stop_if_idle() {
     }
 }
 
-/// The lease-end jobs of database `db` (-1: all), taken out of the
-/// schedule with their times; only that database's are looked at.
-fn take_leases_of(db: i32) -> Vec<(LockId, i64)> {
-    let first = Job::Leases((if db == -1 { i32::MIN } else { db }, Vec::new()));
-    let of_db = |job: &Job| matches!(job, Job::Leases((d, _)) if db == -1 || *d == db);
-    writes(|s| s.cancel_from(&first, of_db))
-        .into_iter()
-        .filter_map(|(job, at)| match job {
-            Job::Leases(id) => Some((id, at)),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The parked lease ends of database `db`, taken out.
-fn take_parked_of(db: i32) -> Vec<LockId> {
-    PARKED.with(|p| {
-        let mut p = p.borrow_mut();
-        if p.is_empty() {
-            return Vec::new();
-        }
-        let ids: Vec<LockId> = p
-            .range((db, Vec::new())..)
-            .take_while(|(d, _)| *d == db)
-            .cloned()
-            .collect();
-        for id in &ids {
-            p.remove(id);
-        }
-        ids
-    })
+fn lease_lock(job: &Job) -> Option<&LockId> {
+    match job {
+        Job::Leases(id) => Some(id),
+        _ => None,
+    }
 }
 
 /// Forgets the lease-end jobs of the locks in the flushed database(s)
 /// (`db` -1: all); the holders went with the flush.
 pub fn forget_leases_in(db: i32) {
-    take_leases_of(db);
-    if db == -1 {
-        PARKED.with(|p| p.borrow_mut().clear());
-    } else {
-        take_parked_of(db);
-    }
+    writes(|s| swapdb::take_db(s, db, lease_lock, Job::Leases));
+    PARKED.with(|p| {
+        let mut p = p.borrow_mut();
+        if db == -1 {
+            p.clear();
+        } else {
+            swapdb::take_set_db(&mut p, db);
+        }
+    });
     stop_if_idle();
 }
 
 /// SWAPDB exchanged two databases: the looks at lease ends follow their
 /// keys.
 pub fn swap_leases(first: i32, second: i32) {
-    let swapped = |db: i32| if db == first { second } else { first };
-    let mut moved = take_leases_of(first);
-    moved.extend(take_leases_of(second));
-    for ((db, name), at) in moved {
-        writes(|s| s.set_earlier(Job::Leases((swapped(db), name)), at));
-    }
-    let mut parked = take_parked_of(first);
-    parked.extend(take_parked_of(second));
-    PARKED.with(|p| {
-        p.borrow_mut()
-            .extend(parked.into_iter().map(|(db, name)| (swapped(db), name)))
-    });
+    writes(|s| swapdb::swap_jobs(s, first, second, lease_lock, Job::Leases));
+    PARKED.with(|p| swapdb::swap_set(&mut p.borrow_mut(), first, second));
 }
 
 /// This server was promoted: the lease ends it left to its old master are
@@ -215,7 +217,7 @@ pub fn pending() -> (usize, usize) {
 /// orphans wait), not before the server's state is looked at again.
 fn next_write() -> Option<i64> {
     let next = writes(|s| s.earliest());
-    let next = if ephemeral::orphans() > 0 {
+    let next = if (runner().background_pending)() {
         Some(next.map_or(ffi::now_ms(), |at| at.min(ffi::now_ms())))
     } else {
         next
@@ -254,12 +256,12 @@ fn arm(ctx: &Context, next: i64) {
 
 unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     let ctx = Context::new(ctx);
-    guard::callback((), || {
+    catch_panic::callback((), || {
         ARMED.with(|a| a.set(None));
         pass(&ctx);
         settle_freed_memory();
     });
-    guard::callback((), || rearm(&ctx));
+    catch_panic::callback((), || rearm(&ctx));
 }
 
 /// A pass frees many small blocks (released holds, deleted keys). With
@@ -290,10 +292,10 @@ fn pass(ctx: &Context) {
         let Some(handle) = deadlines(|s| s.pop_before(now, mark)) else {
             break;
         };
-        waiting::on_deadline(handle);
+        (runner().deadline)(handle);
     }
     let writes_due =
-        writes(|s| s.earliest()).is_some_and(|at| at <= now) || ephemeral::orphans() > 0;
+        writes(|s| s.earliest()).is_some_and(|at| at <= now) || (runner().background_pending)();
     let held = HELD_UNTIL.with(Cell::get).is_some_and(|h| h > now);
     if cut || !writes_due || held {
         if cut {
@@ -302,7 +304,7 @@ fn pass(ctx: &Context) {
         return;
     }
     // The server's state, once for the whole pass.
-    match gate::may_write(ctx) {
+    match writable::may_write(ctx) {
         Ok(()) => {
             HELD_UNTIL.with(|h| h.set(None));
             if write_slice(ctx, now, &budget) {
@@ -313,9 +315,9 @@ fn pass(ctx: &Context) {
         // already answered on demotion, a grant it made is its master's
         // business now, and the epoch is its master's. Lease ends wait for
         // a promotion.
-        Err(Hold::Replica) => {
+        Err(NotWritable::Replica) => {
             HELD_UNTIL.with(|h| h.set(None));
-            ephemeral::unbind_all();
+            (runner().on_replica)();
             if park_slice(now, &budget) {
                 stats::TIMER_PASSES_CUT.bump();
             }
@@ -338,9 +340,9 @@ fn write_slice(ctx: &Context, now: i64, budget: &Budget) -> bool {
         let ran_job = job.is_some();
         if let Some(job) = job {
             stats::TIMER_JOBS.bump();
-            guard::callback((), || run(ctx, job));
+            catch_panic::callback((), || run(ctx, job));
         }
-        let released = guard::callback(false, || ephemeral::release_next_orphan(ctx));
+        let released = catch_panic::callback(false, || (runner().background)(ctx));
         if !ran_job && !released {
             return false;
         }
@@ -368,9 +370,6 @@ fn park_slice(now: i64, budget: &Budget) -> bool {
 
 fn run(ctx: &Context, job: Job) {
     match job {
-        Job::Serve(id) => waiting::serve_id(ctx, &id),
-        Job::Leases(id) => lockops::tend(ctx, &id),
-        Job::Revoke(id, token, fence) => lockops::revoke(ctx, &id, &token, fence),
         Job::Epoch(epoch) => {
             // Only the newest epoch matters.
             if state::with_clock(|c| c.epoch) == epoch {
@@ -378,6 +377,7 @@ fn run(ctx: &Context, job: Job) {
             }
         }
         // Kept in their own schedule.
-        Job::Deadline(handle) => waiting::on_deadline(handle),
+        Job::Deadline(handle) => (runner().deadline)(handle),
+        job => (runner().job)(ctx, job),
     }
 }

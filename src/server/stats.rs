@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, RedisString};
 
-use crate::server::{ephemeral, ffi, guard, scheduler, waiting};
+use crate::server::{catch_panic, ffi};
 
 pub struct Counter(AtomicU64);
 
@@ -20,7 +20,7 @@ impl Counter {
         self.0.fetch_add(1, Relaxed);
     }
 
-    fn get(&self) -> u64 {
+    pub fn get(&self) -> u64 {
         self.0.load(Relaxed)
     }
 }
@@ -85,7 +85,7 @@ unsafe extern "C" fn on_expired(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    guard::callback((), || {
+    catch_panic::callback((), || {
         // SAFETY: Redis passes the event name as a C string.
         let event = unsafe { CStr::from_ptr(event) }.to_bytes();
         note_key_event(event, RedisString::string_as_slice(key));
@@ -105,51 +105,4 @@ pub fn note_key_event(event: &[u8], key: &[u8]) {
 /// Forgets an unlink that raises no event (the module's own deletions).
 pub fn forget_unlink() {
     UNLINKED.with(|u| u.set(0));
-}
-
-/// `INFO redislock`.
-pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
-    guard::callback((), || {
-        raw::add_info_section(ctx, None);
-        let int = |name: &str, value: i64| {
-            raw::add_info_field_long_long(ctx, name, value);
-        };
-        int("locks", crate::core::record::live().max(0));
-        if for_crash_report == 0 {
-            int("waiters", waiting::total() as i64);
-            int("ephemeral_holds", ephemeral::count() as i64);
-            // Holds of closed connections whose release is still to come.
-            int("ephemeral_pending", ephemeral::orphans() as i64);
-            // Work pending in the scheduler (at most one job per lock with
-            // waiters and per waiter), and the Redis timers behind it (0 or 1).
-            let (jobs, timers) = scheduler::pending();
-            int("scheduled_jobs", jobs as i64);
-            int("timers", timers as i64);
-        }
-        for (name, counter) in [
-            ("grants", &GRANTS),
-            ("regrants", &REGRANTS),
-            ("refused", &REFUSED),
-            ("releases", &RELEASES),
-            ("releases_not_owner", &RELEASES_NOT_OWNER),
-            ("extends", &EXTENDS),
-            ("extends_not_owner", &EXTENDS_NOT_OWNER),
-            ("waits", &WAITS),
-            ("handoffs", &HANDOFFS),
-            ("lease_ends", &LEASE_ENDS),
-            ("wait_timeouts", &WAIT_TIMEOUTS),
-            ("expired", &EXPIRED),
-            ("ephemeral_releases", &EPHEMERAL_RELEASES),
-            ("timer_passes", &TIMER_PASSES),
-            ("timer_passes_cut", &TIMER_PASSES_CUT),
-            ("timer_passes_held", &TIMER_PASSES_HELD),
-            ("timer_jobs", &TIMER_JOBS),
-            ("calls", &CALLS),
-            ("calls_not_owner", &CALLS_NOT_OWNER),
-            ("fences_accepted", &FENCES_ACCEPTED),
-            ("fences_stale", &FENCES_STALE),
-        ] {
-            int(name, counter.get() as i64);
-        }
-    })
 }

@@ -1,17 +1,11 @@
-//! `BLOCK`: clients waiting inside the server, served first come, first
-//! served, the moment their lock is free.
+//! `BLOCK`: clients waiting inside the server, first come, first served —
+//! the queue per lock, the blocked clients, their deadlines and replies.
 //!
 //! Redis 7.0's key-blocking API cannot wake anyone when a key is deleted or
-//! expires, so the module keeps its own queue per lock and grants to the
-//! head of it directly: in the command that freed the lock (release), or
-//! from the scheduler when Redis unlinks a lock (DEL, expiry, eviction, an
-//! overwrite) or flushes a database, since writing from inside those is
-//! unsafe. The data type's unlink callback fires only for locks, so other
-//! keys' writes and expiries never call into the module. While clients
-//! wait, the scheduler also looks at the lock just after the holder's
-//! expiry, so the handoff is prompt even when nobody touches the key. A
-//! newcomer never overtakes: `LOCK.ACQUIRE` on a free lock with waiters
-//! serves the head first.
+//! expires, so the module keeps its own queue per lock; the lock-lifecycle
+//! layer (`locks`) decides when its head is granted and tells this queue
+//! the outcome. Every wait ends through exactly one unblock, and the reply
+//! callback answers the grant, nil or an error from the waiter's stage.
 //!
 //! No borrow of the queue is held across a call into Redis: opening a key
 //! can expire it and run our unlink callback re-entrantly.
@@ -22,25 +16,21 @@ use std::ffi::c_int;
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
-use crate::core::grant::{self, Decision, Want};
-use crate::core::lock;
+use crate::core::grant::Want;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
-use crate::server::ffi::{self, BlockedHandle, KeyKind, LockKey};
-use crate::server::held;
+use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
-use crate::server::{cluster, ephemeral, guard, lockops, reply, state, stats};
-
-/// A lock by database and key name.
-pub type LockId = (i32, Vec<u8>);
+use crate::server::{catch_panic, reply, stats};
 
 /// What a waiter asked for.
+#[derive(Clone)]
 pub struct Request {
-    token: Vec<u8>,
-    ttl_ms: u64,
+    pub token: Vec<u8>,
+    pub ttl_ms: u64,
     /// Exclusive, shared, or a semaphore place.
-    want: Want,
+    pub want: Want,
     /// With `EPHEMERAL`: the waiting connection, which the grant is bound to.
-    bind_to: Option<u64>,
+    pub bind_to: Option<u64>,
 }
 
 impl Request {
@@ -54,18 +44,39 @@ impl Request {
     }
 }
 
-thread_local! {
-    // Redis calls modules on its main thread only.
-    static WAITERS: RefCell<Waiters<BlockedHandle, LockId, Request>> =
-        RefCell::new(Waiters::default());
+/// A wait: what was asked for, and the blocked client's handle until its
+/// wait is ended.
+struct Wait {
+    asked: Request,
+    client: Option<BlockedClient>,
 }
 
-fn with<R>(f: impl FnOnce(&mut Waiters<BlockedHandle, LockId, Request>) -> R) -> R {
+impl Wait {
+    /// Tells Redis this wait ended; at most once, since the handle is taken.
+    fn unblock(&mut self) {
+        if let Some(client) = self.client.take() {
+            client.unblock();
+        }
+    }
+}
+
+type Queue = Waiters<BlockedId, LockId, Wait>;
+
+thread_local! {
+    // Redis calls modules on its main thread only.
+    static WAITERS: RefCell<Queue> = RefCell::new(Waiters::default());
+}
+
+fn with<R>(f: impl FnOnce(&mut Queue) -> R) -> R {
     WAITERS.with(|w| f(&mut w.borrow_mut()))
 }
 
-pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
-    (ffi::selected_db(ctx), name.to_vec())
+/// Ends the wait of `handle`, still in the table (granted or refused).
+fn unblock(handle: BlockedId) {
+    let client = with(|w| w.request_mut(handle).and_then(|x| x.client.take()));
+    if let Some(client) = client {
+        client.unblock();
+    }
 }
 
 /// Clients waiting for the lock `name` in the context's database.
@@ -73,7 +84,7 @@ pub fn count(ctx: &Context, name: &[u8]) -> usize {
     if with(|w| w.is_empty()) {
         return 0;
     }
-    with(|w| w.count(&lock_id(ctx, name)))
+    with(|w| w.count(&ffi::lock_id(ctx, name)))
 }
 
 /// Total number of waiting clients.
@@ -83,7 +94,7 @@ pub fn total() -> usize {
 
 /// Forgets a waiter that was answered or left, with its deadline; and the
 /// lock's pending look-again once nobody waits for it.
-fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
+fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
     scheduler::cancel(&Job::Deadline(handle));
     let waiter = with(|w| w.remove(handle))?;
     if with(|w| w.count(&waiter.lock)) == 0 {
@@ -99,18 +110,27 @@ fn forget(handle: BlockedHandle) -> Option<Waiter<LockId, Request>> {
 /// The deadline is the module's own, not Redis's blocked-client timeout: on
 /// Redis 7.0 a client whose timeout is processed in the same event-loop
 /// pass as its grant is unblocked with no reply at all. With the scheduler
-/// deciding, every wait ends through exactly one `unblock_client`, and the
-/// reply callback answers the grant or nil from the waiter's stage.
+/// deciding, every wait ends through exactly one unblock (the handle's
+/// `unblock` takes it), and the reply callback answers the grant or nil
+/// from the waiter's stage. False if Redis could not block the client.
+#[must_use]
 pub fn block(
     ctx: &Context,
     name: &RedisString,
     request: Request,
     timeout_ms: u64,
     held_until: Option<i64>,
-) {
-    let id = lock_id(ctx, name);
-    let handle = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect);
-    with(|w| w.enqueue(handle, id.clone(), request));
+) -> bool {
+    let id = ffi::lock_id(ctx, name);
+    let Some(client) = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect) else {
+        return false;
+    };
+    let handle = client.id();
+    let wait = Wait {
+        asked: request,
+        client: Some(client),
+    };
+    with(|w| w.enqueue(handle, id.clone(), wait));
     stats::WAITS.bump();
     if let Some(at) = held_until {
         scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
@@ -119,253 +139,98 @@ pub fn block(
         let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
         scheduler::at(ctx, Job::Deadline(handle), deadline);
     }
+    true
 }
 
 /// A waiter's deadline: if it is still waiting, it leaves the queue and its
 /// reply callback answers nil.
-pub fn on_deadline(handle: BlockedHandle) {
+pub fn on_deadline(handle: BlockedId) {
     let waiting = with(|w| w.get(handle).is_some_and(|w| w.stage == Stage::Waiting));
     if waiting {
-        forget(handle);
+        let waiter = forget(handle);
         stats::WAIT_TIMEOUTS.bump();
-        ffi::unblock_client(handle);
-    }
-}
-
-/// The lock `name`, held until `expire_at`, is to be looked at again just
-/// after that if clients wait for it (a re-grant or extend moved it).
-pub fn watch_expiry(ctx: &Context, name: &RedisString, expire_at: i64) {
-    if with(|w| w.is_empty()) {
-        return;
-    }
-    let id = lock_id(ctx, name);
-    if with(|w| w.count(&id)) > 0 {
-        scheduler::at(ctx, Job::Serve(id), expire_at.saturating_add(1));
-    }
-}
-
-/// Grants `name` (in the context's database) to the waiters at the head of
-/// its queue that fit now, in order, as the core's plan says: the first
-/// waiter, then each following one while it fits (consecutive shared
-/// waiters; semaphore waiters while places are free). Call only where
-/// writing is allowed: a command, or a scheduler job that checked the
-/// server's state.
-pub fn serve(ctx: &Context, name: &RedisString) {
-    if with(|w| w.is_empty()) {
-        return;
-    }
-    let id = lock_id(ctx, name);
-    if with(|w| w.count(&id)) == 0 {
-        return;
-    }
-    // Holds whose connection closed are gone: their room goes to the
-    // waiters now, not when the scheduler comes to them.
-    ephemeral::release_orphans_of(ctx, &id);
-    if with(|w| w.count(&id)) == 0 {
-        return;
-    }
-    let key = LockKey::open(ctx, name, true);
-    if key.kind() == KeyKind::Empty && !cluster::may_hand_off_here(ctx, name) {
-        drop(key);
-        refuse_all(&id, Refusal::SlotMoved);
-        return;
-    }
-    if key.kind() == KeyKind::Other || key.gate().is_some() {
-        // Another type, or a fence gate, took the name (SET, RENAME,
-        // RESTORE): the waiters get the answer a new acquire gets, rather
-        // than waiting on a key that may never be a lock again.
-        drop(key);
-        refuse_all(&id, Refusal::WrongType);
-        return;
-    }
-    let key = lockops::end_leases(ctx, name, key);
-    let now = ffi::now_ms();
-    let Ok(current) = held::held(&key) else {
-        return;
-    };
-    // The plan reads the queue only as far as it grants (and one more).
-    let steps: Vec<(BlockedHandle, Decision)> = with(|w| {
-        let decisions = grant::plan(
-            current.occupancy(),
-            w.queue(&id)
-                .map(|(_, r)| (r.want, current.holding(&r.token, now))),
-        );
-        w.queue(&id).map(|(h, _)| h).zip(decisions).collect()
-    });
-    let next_change = current.next_change(&key);
-    drop(key);
-    for (handle, decision) in steps {
-        apply(ctx, name, &id, handle, decision);
-    }
-    if with(|w| w.count(&id)) > 0 {
-        let key = LockKey::open(ctx, name, false);
-        let next = held::held(&key).ok().and_then(|h| h.next_change(&key));
-        drop(key);
-        if let Some(at) = next.or(next_change) {
-            scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
+        if let Some(mut w) = waiter {
+            w.request.unblock();
         }
     }
 }
 
-/// Carries out the plan's decision for one waiter.
-fn apply(
-    ctx: &Context,
-    name: &RedisString,
+/// Whether nobody waits at all (the common case: callers then need not
+/// even name the lock).
+pub fn is_empty() -> bool {
+    with(|w| w.is_empty())
+}
+
+/// Clients waiting for the lock `id`.
+pub fn count_of(id: &LockId) -> usize {
+    if with(|w| w.is_empty()) {
+        return 0;
+    }
+    with(|w| w.count(id))
+}
+
+/// The locks with waiters that `filter` picks.
+pub fn locks_where(filter: impl Fn(&LockId) -> bool) -> Vec<LockId> {
+    with(|w| w.locks_where(filter))
+}
+
+/// The waiters of `id`, first come first, each with what `plan` decides
+/// for it; `plan` reads the requests only as far as it needs.
+pub fn plan<D>(
     id: &LockId,
-    handle: BlockedHandle,
-    decision: Decision,
-) {
-    let Some((token, ttl_ms, want, bind_to)) = with(|w| {
-        w.get(handle).map(|x| {
-            (
-                x.request.token.clone(),
-                x.request.ttl_ms,
-                x.request.want,
-                x.request.bind_to,
-            )
-        })
-    }) else {
-        return;
-    };
-    let refusal = match decision {
-        Decision::Busy => return,
-        Decision::Mismatch(kind) => Some(Refusal::Mismatch(kind)),
-        Decision::OtherMode => Some(Refusal::OtherMode),
-        Decision::Grant | Decision::Regrant => None,
-    };
-    if let Some(why) = refusal {
-        with(|w| w.refuse(handle, why));
-        scheduler::cancel(&Job::Deadline(handle));
-        ffi::unblock_client(handle);
-        return;
-    }
-    // Requests were checked against the TTL bound, so this cannot fail.
-    let Some(expire_at) = lock::expiry_at(ffi::now_ms(), ttl_ms) else {
-        return;
-    };
-    let key = LockKey::open(ctx, name, true);
-    let fence = if decision == Decision::Regrant {
-        let fence = held::held(&key)
-            .ok()
-            .and_then(|h| h.fence_of(&token, ffi::now_ms()));
-        match (fence, want) {
-            (Some(fence), Want::Exclusive) => {
-                lockops::set_expiry(ctx, name, key, expire_at);
-                fence
-            }
-            (Some(fence), _) => {
-                lockops::set_holder_expiry(ctx, name, key, &token, expire_at);
-                fence
-            }
-            (None, _) => return,
-        }
-    } else {
-        let granted = match want.creates() {
-            None => lockops::grant(ctx, name, key, &token, expire_at, c"lock.handoff"),
-            Some(kind) => {
-                lockops::grant_holder(ctx, name, key, kind, &token, expire_at, c"lock.handoff")
-            }
-        };
-        // Exhausted fences: nobody can be granted; waiters time out.
-        let Ok(fence) = granted else {
-            return;
-        };
-        fence
-    };
-    stats::HANDOFFS.bump();
-    match bind_to {
-        Some(client) => ephemeral::bind(id.clone(), client, &token, fence),
-        None => ephemeral::unbind_holder(id, &token),
-    }
-    scheduler::cancel(&Job::Deadline(handle));
-    with(|w| w.grant(handle, fence));
-    ffi::unblock_client(handle);
+    plan: impl FnOnce(&mut dyn Iterator<Item = &Request>) -> Vec<D>,
+) -> Vec<(BlockedId, D)> {
+    with(|w| {
+        let decisions = plan(&mut w.queue(id).map(|(_, x)| &x.asked));
+        w.queue(id).map(|(h, _)| h).zip(decisions).collect()
+    })
 }
 
-/// Serves a lock from a scheduler job.
-pub fn serve_id(ctx: &Context, id: &LockId) {
-    if ffi::select_db(ctx, id.0) {
-        serve(ctx, &ctx.create_string(id.1.as_slice()));
+/// What the waiter `handle` asked for, if it still waits.
+pub fn request(handle: BlockedId) -> Option<Request> {
+    with(|w| w.get(handle).map(|x| x.request.asked.clone()))
+}
+
+/// The waiter `handle` was granted the lock with `fence`: it is answered.
+pub fn granted(handle: BlockedId, fence: u64) {
+    scheduler::cancel(&Job::Deadline(handle));
+    // A wait that ended already has given up its handle.
+    if with(|w| w.grant(handle, fence)) {
+        unblock(handle);
+    }
+}
+
+/// The waiter `handle` is sent away with `why`.
+pub fn refuse(handle: BlockedId, why: Refusal) {
+    let refused = with(|w| w.refuse(handle, why));
+    scheduler::cancel(&Job::Deadline(handle));
+    if refused {
+        unblock(handle);
     }
 }
 
 /// Answers every waiter of `id` with `why`, at once.
-fn refuse_all(id: &LockId, why: Refusal) {
+pub fn refuse_all(id: &LockId, why: Refusal) {
     let refused = with(|w| w.refuse_all(id, why));
     scheduler::cancel(&Job::Serve(id.clone()));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
-        ffi::unblock_client(handle);
+        unblock(handle);
     }
 }
 
-/// Schedules a look at `id` if clients wait for it.
-fn serve_soon(id: LockId) {
-    if with(|w| w.count(&id)) == 0 {
-        return;
-    }
-    if let Some(ctx) = state::detached_context() {
-        scheduler::soon(&ctx, Job::Serve(id));
-    }
-}
-
-/// A lock left the keyspace (release, DEL, UNLINK, expiry, eviction, an
-/// overwrite, the source side of RENAME, MOVE and MIGRATE): Redis is in the
-/// middle of deleting it, so any handoff is scheduled, not made here.
-pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool) {
-    if !with_holders && !ephemeral::any() && with(|w| w.is_empty()) {
-        // The common case, on every expiry and release: nothing to do.
-        return;
-    }
-    let id = (db, key.to_vec());
-    ephemeral::unbind(&id);
-    if with_holders {
-        scheduler::cancel(&Job::Leases(id.clone()));
-    }
-    if with(|w| w.is_empty()) {
-        return;
-    }
-    serve_soon(id);
-}
-
-/// A server that becomes a replica grants nothing: its waiters are told so.
-pub fn on_demoted() {
-    ephemeral::unbind_all();
-    let refused = with(|w| w.refuse_everyone(Refusal::Demoted));
+/// Answers every waiter with `why` (a server that became a replica).
+pub fn refuse_everyone(why: Refusal) {
+    let refused = with(|w| w.refuse_everyone(why));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
-        ffi::unblock_client(handle);
+        unblock(handle);
     }
-}
-
-/// SWAPDB exchanges two databases without key events: every lock with
-/// waiters in either is looked at again.
-pub fn on_swapped(first: i32, second: i32) {
-    ephemeral::unbind_db(first);
-    ephemeral::unbind_db(second);
-    scheduler::swap_leases(first, second);
-    if with(|w| w.is_empty()) {
-        return;
-    }
-    let ids = with(|w| w.locks_where(|(d, _)| *d == first || *d == second));
-    ids.into_iter().for_each(serve_soon);
-}
-
-/// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in
-/// the flushed database(s) once the flush is done.
-pub fn on_flushed(db: i32) {
-    ephemeral::unbind_db(db);
-    scheduler::forget_leases_in(db);
-    if with(|w| w.is_empty()) {
-        return;
-    }
-    let ids = with(|w| w.locks_where(|(d, _)| db == -1 || *d == db));
-    ids.into_iter().for_each(serve_soon);
 }
 
 /// Sends a finished wait its answer: the grant, nil, or an error.
-fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Request>>) {
-    match waiter.map(|w| (w.stage, &w.request.token)) {
+fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Wait>>) {
+    match waiter.map(|w| (w.stage, &w.request.asked.token)) {
         Some((Stage::Granted { fence }, token)) => {
             reply::grant(ctx, token, fence);
         }
@@ -393,8 +258,8 @@ unsafe extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let handle = ffi::blocked_handle(&ctx);
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
+        let handle = ffi::blocked_id(&ctx);
         answer(&ctx, forget(handle).as_ref());
         raw::REDISMODULE_OK as c_int
     })
@@ -410,13 +275,13 @@ unsafe extern "C" fn on_unblock(
     _argc: c_int,
 ) -> c_int {
     let ctx = Context::new(ctx);
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let handle = ffi::blocked_handle(&ctx);
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
+        let handle = ffi::blocked_id(&ctx);
         let waiter = forget(handle);
         answer(&ctx, waiter.as_ref());
-        if waiter.is_some_and(|w| w.stage == Stage::Waiting) {
+        if let Some(mut w) = waiter.filter(|w| w.stage == Stage::Waiting) {
             stats::WAIT_TIMEOUTS.bump();
-            ffi::unblock_client(handle);
+            w.request.unblock();
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -429,17 +294,16 @@ unsafe extern "C" fn on_disconnect(
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
     let ctx = Context::new(ctx);
-    guard::callback((), || {
-        let handle = bc as BlockedHandle;
-        let Some(w) = forget(handle) else {
+    catch_panic::callback((), || {
+        let Some(mut w) = forget(BlockedId::of(bc)) else {
             return;
         };
         match w.stage {
-            Stage::Waiting => ffi::unblock_client(handle),
+            Stage::Waiting => w.request.unblock(),
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
             Stage::Granted { fence } => {
-                scheduler::soon(&ctx, Job::Revoke(w.lock, w.request.token, fence));
+                scheduler::soon(&ctx, Job::Revoke(w.lock, w.request.asked.token, fence));
             }
         }
     })

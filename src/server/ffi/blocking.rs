@@ -1,6 +1,7 @@
 //! The blocking API: clients that wait inside the server.
 
 use std::ffi::c_int;
+use std::ptr::NonNull;
 
 use redis_module::{raw, Context};
 
@@ -14,8 +15,40 @@ pub fn may_block(ctx: &Context) -> bool {
         || flags.contains(ContextFlags::DENY_BLOCKING))
 }
 
-/// A client blocked by this module, identified by its handle's address.
-pub type BlockedHandle = usize;
+/// Which blocked client a callback or a job is about: the address of its
+/// handle. Only an identity: it cannot unblock anyone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BlockedId(usize);
+
+impl BlockedId {
+    /// The identity of the blocked client Redis passes to a disconnect
+    /// callback.
+    pub fn of(bc: *mut raw::RedisModuleBlockedClient) -> BlockedId {
+        BlockedId(bc as usize)
+    }
+}
+
+/// The one handle of a client this module blocked. Redis must be told
+/// exactly once that its wait ended: `unblock` takes the handle by value,
+/// and it is neither `Copy` nor `Clone`, so a second unblock does not
+/// compile. It does not unblock on drop: the waiters' table is a thread
+/// local, dropped as the server exits, when Redis may no longer be called.
+#[must_use = "a blocked client stays blocked until its handle is unblocked"]
+pub struct BlockedClient(NonNull<raw::RedisModuleBlockedClient>);
+
+impl BlockedClient {
+    pub fn id(&self) -> BlockedId {
+        BlockedId::of(self.0.as_ptr())
+    }
+
+    /// Releases the handle; the reply callback then answers (unless the
+    /// client disconnected).
+    pub fn unblock(self) {
+        // SAFETY: the handle came from `RedisModule_BlockClient` and, owned
+        // by this value that `unblock` consumes, is released only here.
+        unsafe { raw::RedisModule_UnblockClient.unwrap()(self.0.as_ptr(), std::ptr::null_mut()) };
+    }
+}
 
 /// Callback types of the blocking API.
 pub type CommandCallback = unsafe extern "C" fn(
@@ -27,13 +60,13 @@ pub type DisconnectCallback =
     unsafe extern "C" fn(*mut raw::RedisModuleCtx, *mut raw::RedisModuleBlockedClient);
 
 /// Blocks the calling client with no Redis-side timeout; `on_unblock` runs
-/// for `CLIENT UNBLOCK`.
+/// for `CLIENT UNBLOCK`. None if Redis could not block it.
 pub fn block_client(
     ctx: &Context,
     on_reply: CommandCallback,
     on_unblock: CommandCallback,
     on_disconnect: DisconnectCallback,
-) -> BlockedHandle {
+) -> Option<BlockedClient> {
     // SAFETY: `ctx` is the context of the command being blocked; the
     // callbacks have the signatures Redis calls; no private data is passed.
     unsafe {
@@ -44,28 +77,14 @@ pub fn block_client(
             None,
             0,
         );
-        raw::RedisModule_SetDisconnectCallback.unwrap()(bc, Some(on_disconnect));
-        bc as BlockedHandle
+        let bc = NonNull::new(bc)?;
+        raw::RedisModule_SetDisconnectCallback.unwrap()(bc.as_ptr(), Some(on_disconnect));
+        Some(BlockedClient(bc))
     }
 }
 
-/// Releases a blocked client's handle; its reply callback then answers
-/// (unless it disconnected). Called exactly once per handle: on grant, at
-/// its deadline, or from the unblock or disconnect callback of a client that
-/// was never granted.
-pub fn unblock_client(handle: BlockedHandle) {
-    // SAFETY: `handle` came from `block_client` and, by the rule above, has
-    // not been released yet.
-    unsafe {
-        raw::RedisModule_UnblockClient.unwrap()(
-            handle as *mut raw::RedisModuleBlockedClient,
-            std::ptr::null_mut(),
-        )
-    };
-}
-
-/// The handle of the blocked client a reply or unblock callback runs for.
-pub fn blocked_handle(ctx: &Context) -> BlockedHandle {
+/// The blocked client a reply or unblock callback runs for.
+pub fn blocked_id(ctx: &Context) -> BlockedId {
     // SAFETY: `ctx` is a reply or unblock callback's context.
-    unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx.ctx) as BlockedHandle }
+    BlockedId::of(unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx.ctx) })
 }

@@ -9,6 +9,7 @@ pub type ServerEventCallback =
     unsafe extern "C" fn(*mut raw::RedisModuleCtx, raw::RedisModuleEvent, u64, *mut c_void);
 
 /// Subscribes to one server event; false if Redis refused.
+#[must_use]
 pub fn subscribe_server_event(ctx: &Context, event_id: u64, callback: ServerEventCallback) -> bool {
     let event = raw::RedisModuleEvent {
         id: event_id,
@@ -57,6 +58,7 @@ pub type KeyEventCallback = unsafe extern "C" fn(
 ) -> c_int;
 
 /// Subscribes to key events of the given classes; false if Redis refused.
+#[must_use]
 pub fn subscribe_key_events(
     ctx: &Context,
     classes: redis_module::NotifyEvent,

@@ -118,11 +118,13 @@ impl LockKey {
 
     /// Stores a lock, replacing whatever the key held. The key must be open
     /// for writing and hold nothing or a lock.
+    #[must_use]
     pub fn set_lock(&mut self, lock: LockRef<'_>) -> bool {
         self.set_record(Record::new(lock))
     }
 
     /// Stores holders, replacing whatever the key held.
+    #[must_use]
     pub fn set_holders(&mut self, holders: Holders) -> bool {
         self.set_record(Record::new_multi(holders))
     }

@@ -45,13 +45,23 @@ pub fn selected_db(ctx: &Context) -> i32 {
     unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx.ctx) }
 }
 
+/// A lock by database and key name.
+pub use crate::core::bindings::LockId;
+
+/// The lock `name` in the context's database.
+pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
+    (selected_db(ctx), name.to_vec())
+}
+
 /// Points a context (a timer's, say) at database `db`.
+#[must_use]
 pub fn select_db(ctx: &Context, db: i32) -> bool {
     // SAFETY: `ctx` is a live context; Redis checks the index.
     unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
 }
 
 /// Registers a command; false if Redis refused.
+#[must_use]
 pub fn create_command(
     ctx: &Context,
     name: &CStr,

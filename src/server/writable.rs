@@ -12,7 +12,7 @@ use crate::server::ffi;
 
 /// Why the module may not write now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Hold {
+pub enum NotWritable {
     /// Clients are paused for writes (`CLIENT PAUSE`, `FAILOVER`, a
     /// graceful `SHUTDOWN` waiting for its replicas): retry once it ends.
     Paused,
@@ -25,19 +25,19 @@ pub enum Hold {
     Replica,
 }
 
-pub fn may_write(ctx: &Context) -> Result<(), Hold> {
+pub fn may_write(ctx: &Context) -> Result<(), NotWritable> {
     let flags = ctx.get_flags();
     if flags.contains(ContextFlags::SLAVE) {
-        return Err(Hold::Replica);
+        return Err(NotWritable::Replica);
     }
     if flags.contains(ContextFlags::LOADING) || flags.contains(ContextFlags::ASYNC_LOADING) {
-        return Err(Hold::Loading);
+        return Err(NotWritable::Loading);
     }
     if ffi::writes_paused() {
-        return Err(Hold::Paused);
+        return Err(NotWritable::Paused);
     }
     if too_few_replicas(ctx) {
-        return Err(Hold::NoReplicas);
+        return Err(NotWritable::NoReplicas);
     }
     Ok(())
 }

@@ -1,0 +1,249 @@
+//! Parsing the arguments of the client commands into typed requests.
+//!
+//! Functions take the whole argument vector (`argv[0]` is the command name),
+//! as a slice of anything that derefs to bytes, so they run the same on Redis strings and in
+//! tests. Options are case-insensitive and may come in any order. The internal effects that
+//! replicas and the AOF replay are parsed in `effects`.
+
+use std::ops::Deref;
+
+use super::errors::LockError;
+use super::grant::Want;
+use super::limits::{MAX_BLOCK_MS, MAX_LIMIT, MAX_TTL_MS};
+use super::numbers::{parse_i64, parse_non_negative};
+use super::token::TokenArg;
+
+/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    pub token: TokenArg<'a>,
+    pub ttl_ms: u64,
+    /// Exclusive (no option), `SHARED`, or a place of `LIMIT count`.
+    pub want: Want,
+    /// `None`: answer at once. `Some(0)`: wait without limit.
+    pub block_ms: Option<u64>,
+    /// The hold is bound to the asking connection.
+    pub ephemeral: bool,
+}
+
+/// `LOCK.CALL key token command [arg …]`: the token, and where the command starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call<'a> {
+    pub token: &'a [u8],
+    pub command_at: usize,
+}
+
+/// `LOCK.FENCE gate fence command [arg …]`: the fence, and where the command starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fence {
+    pub fence: u64,
+    pub command_at: usize,
+}
+
+/// `LOCK.RELEASE key token`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Release<'a> {
+    pub token: &'a [u8],
+}
+
+/// `LOCK.EXTEND key token (EX seconds | PX milliseconds)`
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Extend<'a> {
+    pub token: &'a [u8],
+    pub ttl_ms: u64,
+}
+
+pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>, LockError> {
+    if argv.len() < 3 {
+        return Err(LockError::Arity("lock.acquire"));
+    }
+    let token = TokenArg::parse(&argv[2]).ok_or(LockError::InvalidToken)?;
+    let mut ttl = TtlOption::default();
+    let mut block_ms = None;
+    let mut ephemeral = false;
+    let mut want = None;
+    let mut rest = argv[3..].iter().map(|a| &**a);
+    while let Some(name) = rest.next() {
+        if name.eq_ignore_ascii_case(b"SHARED") || name.eq_ignore_ascii_case(b"LIMIT") {
+            let asked = if name.eq_ignore_ascii_case(b"SHARED") {
+                Want::Shared
+            } else {
+                let value = rest.next().ok_or(LockError::MissingValue("LIMIT"))?;
+                Want::Place {
+                    limit: parse_limit(value)?,
+                }
+            };
+            want = match (want, asked) {
+                (None, w) => Some(w),
+                (Some(Want::Shared), Want::Shared) => {
+                    return Err(LockError::RepeatedOption("SHARED"))
+                }
+                (Some(Want::Place { .. }), Want::Place { .. }) => {
+                    return Err(LockError::RepeatedOption("LIMIT"))
+                }
+                _ => return Err(LockError::SharedAndLimit),
+            };
+        } else if name.eq_ignore_ascii_case(b"EPHEMERAL") {
+            if ephemeral {
+                return Err(LockError::RepeatedOption("EPHEMERAL"));
+            }
+            ephemeral = true;
+        } else if name.eq_ignore_ascii_case(b"BLOCK") {
+            let value = rest.next().ok_or(LockError::MissingValue("BLOCK"))?;
+            if block_ms.is_some() {
+                return Err(LockError::RepeatedOption("BLOCK"));
+            }
+            block_ms = Some(
+                parse_non_negative(value)
+                    .filter(|&ms| ms <= MAX_BLOCK_MS)
+                    .ok_or(LockError::InvalidBlock)?,
+            );
+        } else if !ttl.try_take(name, &mut rest)? {
+            return Err(unknown(name));
+        }
+    }
+    Ok(Acquire {
+        token,
+        ttl_ms: ttl.finish()?,
+        want: want.unwrap_or(Want::Exclusive),
+        block_ms,
+        ephemeral,
+    })
+}
+
+pub(super) fn parse_limit(raw: &[u8]) -> Result<u32, LockError> {
+    parse_non_negative(raw)
+        .filter(|n| (1..=MAX_LIMIT as u64).contains(n))
+        .map(|n| n as u32)
+        .ok_or(LockError::InvalidLimit)
+}
+
+pub fn parse_call<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Call<'_>, LockError> {
+    if argv.len() < 4 {
+        return Err(LockError::Arity("lock.call"));
+    }
+    Ok(Call {
+        token: given_token(&argv[2])?,
+        command_at: 3,
+    })
+}
+
+pub fn parse_fence<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Fence, LockError> {
+    if argv.len() < 4 {
+        return Err(LockError::Arity("lock.fence"));
+    }
+    Ok(Fence {
+        fence: parse_fence_value(&argv[2])?,
+        command_at: 3,
+    })
+}
+
+pub(super) fn parse_fence_value(raw: &[u8]) -> Result<u64, LockError> {
+    parse_i64(raw)
+        .filter(|&f| f > 0)
+        .map(|f| f as u64)
+        .ok_or(LockError::InvalidFence)
+}
+
+pub fn parse_release<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Release<'_>, LockError> {
+    if argv.len() != 3 {
+        return Err(LockError::Arity("lock.release"));
+    }
+    Ok(Release {
+        token: given_token(&argv[2])?,
+    })
+}
+
+pub fn parse_extend<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Extend<'_>, LockError> {
+    if argv.len() < 3 {
+        return Err(LockError::Arity("lock.extend"));
+    }
+    let token = given_token(&argv[2])?;
+    let mut ttl = TtlOption::default();
+    let mut rest = argv[3..].iter().map(|a| &**a);
+    while let Some(name) = rest.next() {
+        if !ttl.try_take(name, &mut rest)? {
+            return Err(unknown(name));
+        }
+    }
+    Ok(Extend {
+        token,
+        ttl_ms: ttl.finish()?,
+    })
+}
+
+pub fn parse_info<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<(), LockError> {
+    if argv.len() != 2 {
+        return Err(LockError::Arity("lock.info"));
+    }
+    Ok(())
+}
+
+/// A token that must be given literally (release, extend): `*` is just a byte.
+pub(super) fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
+    match TokenArg::parse(raw) {
+        Some(_) => Ok(raw),
+        None => Err(LockError::InvalidToken),
+    }
+}
+
+pub(super) fn unknown(name: &[u8]) -> LockError {
+    const SHOWN: usize = 64;
+    let shown = &name[..name.len().min(SHOWN)];
+    // Keep the error a single printable ASCII line whatever the client sent.
+    let text: String = shown
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    LockError::UnknownOption(text)
+}
+
+/// The `EX seconds | PX milliseconds` pair shared by acquire and extend.
+#[derive(Default)]
+struct TtlOption {
+    ttl_ms: Option<u64>,
+    given: Option<&'static str>,
+}
+
+impl TtlOption {
+    /// Consumes `name value` if `name` is EX or PX; `Ok(false)` otherwise.
+    fn try_take<'a>(
+        &mut self,
+        name: &[u8],
+        rest: &mut impl Iterator<Item = &'a [u8]>,
+    ) -> Result<bool, LockError> {
+        let (label, unit_ms) = if name.eq_ignore_ascii_case(b"EX") {
+            ("EX", 1000)
+        } else if name.eq_ignore_ascii_case(b"PX") {
+            ("PX", 1)
+        } else {
+            return Ok(false);
+        };
+        let value = rest.next().ok_or(LockError::MissingValue(label))?;
+        match self.given {
+            Some(first) if first == label => return Err(LockError::RepeatedOption(label)),
+            Some(_) => return Err(LockError::DoubleTtl),
+            None => self.given = Some(label),
+        }
+        let ms = parse_non_negative(value)
+            .filter(|&v| v > 0)
+            .and_then(|v| v.checked_mul(unit_ms))
+            .filter(|&ms| ms <= MAX_TTL_MS)
+            .ok_or(LockError::InvalidTtl)?;
+        self.ttl_ms = Some(ms);
+        Ok(true)
+    }
+
+    fn finish(self) -> Result<u64, LockError> {
+        self.ttl_ms.ok_or(LockError::MissingTtl)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,70 @@
+//! Locks that leave or move without a command of ours — an unlink (DEL,
+//! UNLINK, expiry, eviction, an overwrite, the source side of RENAME, MOVE
+//! and MIGRATE), a flush, SWAPDB — and a demotion: their bindings and
+//! lease-end looks go, and their waiters are served from the scheduler,
+//! since Redis is in the middle of changing the keyspace and writing from
+//! inside its callbacks is unsafe. The data type's unlink callback fires
+//! only for locks, so other keys' writes and expiries never call in here.
+
+use crate::core::waiters::Refusal;
+use crate::server::ffi::LockId;
+use crate::server::scheduler::{self, Job};
+use crate::server::{ephemeral, state, waiting};
+
+/// Schedules a look at `id` if clients wait for it.
+fn serve_soon(id: LockId) {
+    if waiting::count_of(&id) == 0 {
+        return;
+    }
+    if let Some(ctx) = state::detached_context() {
+        scheduler::soon(&ctx, Job::Serve(id));
+    }
+}
+
+/// A lock left the keyspace: any handoff is scheduled, not made here.
+pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool) {
+    if !with_holders && !ephemeral::any() && waiting::is_empty() {
+        // The common case, on every expiry and release: nothing to do.
+        return;
+    }
+    let id = (db, key.to_vec());
+    ephemeral::unbind(&id);
+    if with_holders {
+        scheduler::cancel(&Job::Leases(id.clone()));
+    }
+    if waiting::is_empty() {
+        return;
+    }
+    serve_soon(id);
+}
+
+/// A server that becomes a replica grants nothing: its waiters are told so.
+pub fn on_demoted() {
+    ephemeral::unbind_all();
+    waiting::refuse_everyone(Refusal::Demoted);
+}
+
+/// SWAPDB exchanges two databases without key events: every lock with
+/// waiters in either is looked at again.
+pub fn on_swapped(first: i32, second: i32) {
+    ephemeral::unbind_db(first);
+    ephemeral::unbind_db(second);
+    scheduler::swap_leases(first, second);
+    if waiting::is_empty() {
+        return;
+    }
+    let ids = waiting::locks_where(|(d, _)| *d == first || *d == second);
+    ids.into_iter().for_each(serve_soon);
+}
+
+/// FLUSHDB / FLUSHALL raise no key events: serve every lock with waiters in
+/// the flushed database(s) once the flush is done.
+pub fn on_flushed(db: i32) {
+    ephemeral::unbind_db(db);
+    scheduler::forget_leases_in(db);
+    if waiting::is_empty() {
+        return;
+    }
+    let ids = waiting::locks_where(|(d, _)| db == -1 || *d == db);
+    ids.into_iter().for_each(serve_soon);
+}

@@ -1,0 +1,290 @@
+//! The lock-lifecycle layer: everything that happens to a lock key over
+//! its life goes through here, between the entry points (commands, the
+//! data type's callbacks, server events, the scheduler's jobs) and the
+//! mechanisms below, which know nothing of each other: the write path
+//! (`lockops`: store, propagate, notify), the wait queue (`waiting`), the
+//! connection bindings (`ephemeral`) and the one timer (`scheduler`).
+//!
+//! Each step runs in the order Redis, replicas and the AOF must see it:
+//! write, propagate, notify (all in `lockops`), then what follows here —
+//! bindings changed, a lease end watched, the freed room handed to the
+//! waiters.
+//!
+//! - this file: opening a key live, carrying out a grant, release,
+//!   extend, revoke, lease ends, and the jobs the scheduler runs;
+//! - `serve.rs`: handing a lock to its waiters;
+//! - `keyspace.rs`: locks leaving or moving without a command of ours
+//!   (unlink, flush, SWAPDB) and a demotion.
+
+mod keyspace;
+mod serve;
+
+pub use keyspace::*;
+pub use serve::*;
+
+use std::ffi::CStr;
+
+use redis_module::{Context, RedisString};
+
+use crate::core::effects::HoldEffect;
+use crate::core::errors::LockError;
+use crate::core::grant::{Decision, Want};
+use crate::core::holders::Holders;
+use crate::core::record::Stored;
+use crate::server::ffi::{self, LockId, LockKey};
+use crate::server::held::held;
+use crate::server::lockops::{self, Look};
+use crate::server::scheduler::{self, Job, Runner};
+use crate::server::{ephemeral, state, stats, waiting};
+
+/// Opens `name` for writing with the holds whose lease ran out already
+/// ended (the scheduler ends them too, but may be behind a client pause).
+pub fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
+    let key = LockKey::open(ctx, name, true);
+    if lockops::leases_due(&key) {
+        let key = end_leases(ctx, name, key);
+        drop(key);
+        // Room freed by the ended leases goes to the waiters first.
+        serve(ctx, name);
+        return LockKey::open(ctx, name, true);
+    }
+    key
+}
+
+/// A grant the core decided on: who, how, until when.
+pub struct Grant<'a> {
+    pub token: &'a [u8],
+    pub want: Want,
+    pub expire_at: i64,
+    /// The clock the decision was made at.
+    pub now: i64,
+    /// With `EPHEMERAL`: the connection the hold is bound to.
+    pub bind_to: Option<u64>,
+    /// The notification of a new grant: `lock.acquired` or `lock.handoff`.
+    pub event: &'a CStr,
+}
+
+/// Carries out a core decision to grant (`Decision::Grant`) or re-grant
+/// (`Decision::Regrant`) on the open key `name`: the write, then the hold
+/// bound to its connection (`EPHEMERAL`) or no longer bound, then its lease
+/// end watched. Returns the fence. Every other decision is the caller's:
+/// it answers a newcomer and a waiter differently.
+pub fn carry_out(
+    ctx: &Context,
+    name: &RedisString,
+    key: LockKey,
+    decision: Decision,
+    grant: &Grant,
+) -> Result<u64, LockError> {
+    let (token, expire_at) = (grant.token, grant.expire_at);
+    let (fence, look) = match decision {
+        Decision::Regrant => {
+            let fence = held(&key)?
+                .fence_of(token, grant.now)
+                .ok_or(LockError::Internal)?;
+            let look = match grant.want {
+                Want::Exclusive => {
+                    lockops::set_expiry(ctx, name, key, expire_at);
+                    watch_expiry(ctx, name, expire_at);
+                    None
+                }
+                _ => lockops::set_holder_expiry(ctx, name, key, token, expire_at),
+            };
+            (fence, look)
+        }
+        Decision::Grant => match grant.want.creates() {
+            None => {
+                let fence = lockops::grant(ctx, name, key, token, expire_at, grant.event)?;
+                (fence, None)
+            }
+            Some(kind) => {
+                // A key with holders keeps its kind (the same, as decided).
+                let kind = key.holders().map_or(kind, Holders::kind);
+                lockops::grant_holder(ctx, name, key, kind, token, expire_at, grant.event)?
+            }
+        },
+        _ => return Err(LockError::Internal),
+    };
+    match grant.bind_to {
+        Some(client) => ephemeral::bind(ffi::lock_id(ctx, name), client, token, fence),
+        None if ephemeral::any() => ephemeral::unbind_holder(&ffi::lock_id(ctx, name), token),
+        None => {}
+    }
+    watch_leases(ctx, name, look);
+    Ok(fence)
+}
+
+/// Releases `token`'s hold of the open key `name` (`multi`: a holder of a
+/// shared lock or semaphore) and hands the freed room to the waiters.
+pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], multi: bool) {
+    if ephemeral::any() {
+        let id = ffi::lock_id(ctx, name);
+        match multi {
+            true => ephemeral::unbind_holder(&id, token),
+            false => ephemeral::unbind(&id),
+        }
+    }
+    match multi {
+        true => lockops::end_hold(ctx, name, key, token),
+        false => lockops::delete_lock(ctx, name, key),
+    }
+    serve(ctx, name);
+}
+
+/// Moves the lease of `token`'s hold of the open key `name` to `expire_at`.
+pub fn extend(
+    ctx: &Context,
+    name: &RedisString,
+    key: LockKey,
+    token: &[u8],
+    multi: bool,
+    expire_at: i64,
+) {
+    if multi {
+        let look = lockops::set_holder_expiry(ctx, name, key, token, expire_at);
+        watch_leases(ctx, name, look);
+    } else {
+        lockops::set_expiry(ctx, name, key, expire_at);
+        watch_expiry(ctx, name, expire_at);
+    }
+}
+
+/// Releases the grant `(token, fence)` of `id` if the lock is still that
+/// grant: a client that disconnected before its reply, or a closed
+/// connection's `EPHEMERAL` hold.
+pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) {
+    if !ffi::select_db(ctx, id.0) {
+        return;
+    }
+    let name = ctx.create_string(id.1.as_slice());
+    let key = LockKey::open(ctx, &name, true);
+    let multi = match key.stored() {
+        Some(Stored::Single(l)) if l.fence() == fence && l.is_held_by(token) => false,
+        Some(Stored::Multi(h)) if h.get(token).is_some_and(|h| h.fence == fence) => true,
+        _ => return,
+    };
+    release(ctx, &name, key, token, multi);
+}
+
+/// Ends every hold of `name` whose lease has run out (see
+/// `lockops::end_leases`) and unbinds them; returns the key open again.
+/// Does not serve the waiters: the caller does.
+pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
+    let (key, ended) = lockops::end_leases(ctx, name, key);
+    if !ended.is_empty() && ephemeral::any() {
+        let id = ffi::lock_id(ctx, name);
+        for token in &ended {
+            ephemeral::unbind_holder(&id, token);
+        }
+    }
+    key
+}
+
+/// Looks at the holders of a lock from a scheduler job: ends the leases
+/// that ran out and hands their room on.
+pub fn tend(ctx: &Context, id: &LockId) {
+    if !ffi::select_db(ctx, id.0) {
+        return;
+    }
+    let name = ctx.create_string(id.1.as_slice());
+    let key = LockKey::open(ctx, &name, true);
+    let key = end_leases(ctx, &name, key);
+    // Still holding: watch the next lease to end.
+    let look = lockops::keep_ttl_at_latest(ctx, &name, key);
+    if let Some(at) = look {
+        scheduler::at(ctx, Job::Leases(id.clone()), at);
+    }
+    serve(ctx, &name);
+}
+
+/// Sets up the look at the next lease end of `name`'s holders a write
+/// asked for.
+fn watch_leases(ctx: &Context, name: &RedisString, look: Look) {
+    if let Some(at) = look {
+        scheduler::at(ctx, Job::Leases(ffi::lock_id(ctx, name)), at);
+    }
+}
+
+/// A lock whose holders were loaded, restored or copied under `id`: their
+/// first lease end is looked at `at`.
+pub fn watch_leases_of(id: LockId, at: i64) {
+    if let Some(ctx) = state::detached_context() {
+        scheduler::at(&ctx, Job::Leases(id), at);
+    }
+}
+
+/// The lock `name`, held until `expire_at`, is to be looked at again just
+/// after that if clients wait for it (a re-grant or extend moved it).
+fn watch_expiry(ctx: &Context, name: &RedisString, expire_at: i64) {
+    if waiting::is_empty() {
+        return;
+    }
+    let id = ffi::lock_id(ctx, name);
+    if waiting::count_of(&id) > 0 {
+        scheduler::at(ctx, Job::Serve(id), expire_at.saturating_add(1));
+    }
+}
+
+/// Replays one holder's effect from the master or the AOF, and watches
+/// the leases it leaves.
+pub fn replay_hold(ctx: &Context, name: &RedisString, effect: HoldEffect) -> Result<(), LockError> {
+    let key = LockKey::open(ctx, name, true);
+    let look = lockops::replay_hold(ctx, key, effect)?;
+    watch_leases(ctx, name, look);
+    Ok(())
+}
+
+/// Releases the holds of the lock `name` whose connection closed, before a
+/// command looks at it: they count as gone (the scheduler may not have come
+/// to them yet). Call only where writing is allowed.
+pub fn release_orphans_of(ctx: &Context, name: &[u8]) {
+    if ephemeral::orphans() == 0 {
+        return;
+    }
+    release_orphans_of_id(ctx, &ffi::lock_id(ctx, name));
+}
+
+fn release_orphans_of_id(ctx: &Context, id: &LockId) {
+    let taken = ephemeral::take_orphans(id);
+    if taken.is_empty() {
+        return;
+    }
+    let db = ffi::selected_db(ctx);
+    for (token, fence) in taken {
+        stats::EPHEMERAL_RELEASES.bump();
+        revoke(ctx, id, &token, fence);
+    }
+    // The command goes on in the database it was sent to (an index that
+    // exists: the command runs in it).
+    let _ = ffi::select_db(ctx, db);
+}
+
+/// Releases the next hold of a closed connection, from a scheduler pass
+/// that checked the server's state; false if none is left.
+fn release_next_orphan(ctx: &Context) -> bool {
+    let Some((id, token, fence)) = ephemeral::next_orphan() else {
+        return false;
+    };
+    stats::EPHEMERAL_RELEASES.bump();
+    revoke(ctx, &id, &token, fence);
+    true
+}
+
+/// What the scheduler's jobs do.
+pub static RUNNER: Runner = Runner {
+    job: run,
+    deadline: waiting::on_deadline,
+    background_pending: || ephemeral::orphans() > 0,
+    background: release_next_orphan,
+    on_replica: ephemeral::unbind_all,
+};
+
+fn run(ctx: &Context, job: Job) {
+    match job {
+        Job::Serve(id) => serve_id(ctx, &id),
+        Job::Leases(id) => tend(ctx, &id),
+        Job::Revoke(id, token, fence) => revoke(ctx, &id, &token, fence),
+        // The scheduler's own.
+        Job::Epoch(_) | Job::Deadline(_) => {}
+    }
+}

@@ -1,0 +1,120 @@
+//! Handing a lock to its waiters: the head of its queue and each following
+//! waiter that fits, as the core's plan says, in the command that freed
+//! the lock (release) or from the scheduler (after an unlink, a flush, a
+//! holder's expiry). A newcomer never overtakes: `LOCK.ACQUIRE` on a free
+//! lock with waiters serves the head first.
+
+use redis_module::{Context, RedisString};
+
+use crate::core::grant::{self, Decision};
+use crate::core::lock;
+use crate::core::waiters::Refusal;
+use crate::server::ffi::{self, BlockedId, KeyKind, LockId, LockKey};
+use crate::server::held;
+use crate::server::scheduler::{self, Job};
+use crate::server::{cluster, stats, waiting};
+
+use super::{carry_out, end_leases, release_orphans_of_id, Grant};
+
+/// Grants `name` (in the context's database) to the waiters at the head of
+/// its queue that fit now, in order: the first waiter, then each following
+/// one while it fits (consecutive shared waiters; semaphore waiters while
+/// places are free). Call only where writing is allowed: a command, or a
+/// scheduler job that checked the server's state.
+pub fn serve(ctx: &Context, name: &RedisString) {
+    if waiting::is_empty() {
+        return;
+    }
+    let id = ffi::lock_id(ctx, name);
+    if waiting::count_of(&id) == 0 {
+        return;
+    }
+    // Holds whose connection closed are gone: their room goes to the
+    // waiters now, not when the scheduler comes to them.
+    release_orphans_of_id(ctx, &id);
+    if waiting::count_of(&id) == 0 {
+        return;
+    }
+    let key = LockKey::open(ctx, name, true);
+    if key.kind() == KeyKind::Empty && !cluster::may_hand_off_here(ctx, name) {
+        drop(key);
+        waiting::refuse_all(&id, Refusal::SlotMoved);
+        return;
+    }
+    if key.kind() == KeyKind::Other || key.gate().is_some() {
+        // Another type, or a fence gate, took the name (SET, RENAME,
+        // RESTORE): the waiters get the answer a new acquire gets, rather
+        // than waiting on a key that may never be a lock again.
+        drop(key);
+        waiting::refuse_all(&id, Refusal::WrongType);
+        return;
+    }
+    let key = end_leases(ctx, name, key);
+    let now = ffi::now_ms();
+    let Ok(current) = held::held(&key) else {
+        return;
+    };
+    // The plan reads the queue only as far as it grants (and one more).
+    let steps = waiting::plan(&id, |queue| {
+        grant::plan(
+            current.occupancy(),
+            queue.map(|r| (r.want, current.holding(&r.token, now))),
+        )
+    });
+    let next_change = current.next_change(&key);
+    drop(key);
+    for (handle, decision) in steps {
+        serve_one(ctx, name, handle, decision);
+    }
+    if waiting::count_of(&id) > 0 {
+        let key = LockKey::open(ctx, name, false);
+        let next = held::held(&key).ok().and_then(|h| h.next_change(&key));
+        drop(key);
+        if let Some(at) = next.or(next_change) {
+            scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
+        }
+    }
+}
+
+/// Carries out the plan's decision for one waiter.
+fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedId, decision: Decision) {
+    let Some(request) = waiting::request(handle) else {
+        return;
+    };
+    let refusal = match decision {
+        Decision::Busy => return,
+        Decision::Mismatch(kind) => Some(Refusal::Mismatch(kind)),
+        Decision::OtherMode => Some(Refusal::OtherMode),
+        Decision::Grant | Decision::Regrant => None,
+    };
+    if let Some(why) = refusal {
+        waiting::refuse(handle, why);
+        return;
+    }
+    // Requests were checked against the TTL bound, so this cannot fail.
+    let Some(expire_at) = lock::expiry_at(ffi::now_ms(), request.ttl_ms) else {
+        return;
+    };
+    let key = LockKey::open(ctx, name, true);
+    let grant = Grant {
+        token: &request.token,
+        want: request.want,
+        expire_at,
+        now: ffi::now_ms(),
+        bind_to: request.bind_to,
+        event: c"lock.handoff",
+    };
+    // Exhausted fences: nobody can be granted; waiters time out.
+    let Ok(fence) = carry_out(ctx, name, key, decision, &grant) else {
+        return;
+    };
+    stats::HANDOFFS.bump();
+    waiting::granted(handle, fence);
+}
+
+/// Serves a lock from a scheduler job.
+pub fn serve_id(ctx: &Context, id: &LockId) {
+    if ffi::select_db(ctx, id.0) {
+        serve(ctx, &ctx.create_string(id.1.as_slice()));
+    }
+}
