@@ -1734,3 +1734,41 @@ fn a_restored_key_with_holders_has_its_latest_lease_as_ttl() {
         assert_eq!(pexpiretime(&mut rc, key), latest, "replica: {key}");
     }
 }
+
+#[test]
+fn a_restored_keys_ttl_waits_for_a_client_pause() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    ok(
+        &mut c,
+        &rcmd!("LOCK.ACQUIRE", "s", "a", "PX", 60_000, "SHARED"),
+    );
+    let latest = pexpiretime(&mut c, "s");
+    let payload = as_bytes(&ok(&mut c, &rcmd!("DUMP", "s")));
+    // The pause arrives in the same read as the RESTORE, so the look at the restored key falls
+    // due while writes are paused: the TTL is set, and replicated, only once the pause ends.
+    let mut raw = RawConn::connect(&m);
+    let restore: [&[u8]; 4] = [b"RESTORE", b"k", b"0", &payload];
+    let pause: [&[u8]; 4] = [b"CLIENT", b"PAUSE", b"1000", b"WRITE"];
+    std::io::Write::write_all(
+        &mut raw.stream(),
+        &resp_commands(&[&restore[..], &pause[..]]),
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(raw.read(), Ok(Resp::Simple(b"OK".to_vec())));
+    }
+    assert_eq!(
+        pexpiretime(&mut c, "k"),
+        -1,
+        "the TTL was written during the pause"
+    );
+    wait_until(
+        "the TTL of the latest lease",
+        Duration::from_secs(5),
+        || pexpiretime(&mut c, "k") == latest,
+    );
+    wait_replica_caught_up(&m, &r);
+    assert_eq!(pexpiretime(&mut r.conn(), "k"), latest, "replica");
+}
