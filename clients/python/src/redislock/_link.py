@@ -29,18 +29,23 @@ from redis.retry import Retry
 WAIT_GRACE = 0.45
 
 
+def own_connections(pool: Any) -> "tuple[Any, dict]":
+    """The connection class and settings of the client's pool, without its retries: a lock's
+    own connections never re-send a command behind the caller's back."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    kwargs.pop("retry_on_error", None)
+    kwargs.pop("retry_on_timeout", None)
+    return pool.connection_class, kwargs
+
+
 class Link:
     """Connections of the lock's own to one server, shared by every lock on the same pool."""
 
     def __init__(self, pool: Any) -> None:
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs.pop("retry_on_error", None)
-        kwargs.pop("retry_on_timeout", None)
-        self._class = pool.connection_class
-        self._kwargs = kwargs
+        self._class, self._kwargs = own_connections(pool)
         #: The client's own read timeout: the bound of a command that has no other.
-        self.default_timeout: Optional[float] = kwargs.get("socket_timeout")
+        self.default_timeout: Optional[float] = self._kwargs.get("socket_timeout")
         self._idle: List[Any] = []
         self._mutex = threading.Lock()
         self._pid = os.getpid()
@@ -200,13 +205,8 @@ class AsyncLink:
     """``Link`` for ``redis.asyncio``: the lock's own connections, bounded with ``wait_for``."""
 
     def __init__(self, pool: Any) -> None:
-        kwargs = dict(pool.connection_kwargs)
-        kwargs["retry"] = Retry(NoBackoff(), 0)
-        kwargs.pop("retry_on_error", None)
-        kwargs.pop("retry_on_timeout", None)
-        self._class = pool.connection_class
-        self._kwargs = kwargs
-        self.default_timeout: Optional[float] = kwargs.get("socket_timeout")
+        self._class, self._kwargs = own_connections(pool)
+        self.default_timeout: Optional[float] = self._kwargs.get("socket_timeout")
         self._idle: List[Any] = []
 
     async def call(
