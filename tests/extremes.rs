@@ -224,29 +224,37 @@ fn ttl_extremes_on_acquire_regrant_and_extend() {
             let acquire = rcmd!("LOCK.ACQUIRE", &key, "tok", unit, v);
             match ttl_ms(unit, v) {
                 Some(ms) => {
-                    // A new grant, then a re-grant by the same token with the same TTL after a
-                    // short one: the same fence, the expiry reset each time.
-                    let (token, fence) =
-                        parse_grant(&ok(&mut c, &acquire)).expect("free key: grant");
+                    // A new grant sets the expiry. A lease of a few ms can end between any two
+                    // commands, so every step that needs the hold alive starts from a 5 s lease
+                    // and sets the extreme in one command: a re-grant by the same token keeps
+                    // the fence and resets the expiry, an extend sets it.
+                    let (token, _) = parse_grant(&ok(&mut c, &acquire)).expect("free key: grant");
                     assert_eq!(token, b"tok", "{case}");
                     assert_ttl_close(pttl(&mut c, &key), ms, TTL_SLACK, &case);
-                    assert_ttl_close(info_some(&mut c, &key).ttl, ms, TTL_SLACK, &case);
-                    assert_eq!(grant(&mut c, &key, b"tok", 5_000).1, fence, "{case}");
+                    if let Some(held) = info(&mut c, &key) {
+                        assert_ttl_close(held.ttl, ms, TTL_SLACK, &case);
+                    }
+                    let fence = grant(&mut c, &key, b"tok", 5_000).1;
                     assert_ttl_close(pttl(&mut c, &key), 5_000, TTL_SLACK, &case);
                     let again = parse_grant(&ok(&mut c, &acquire)).expect("re-grant");
                     assert_eq!(again, (b"tok".to_vec(), fence), "{case}: re-grant");
                     assert_ttl_close(pttl(&mut c, &key), ms, TTL_SLACK, &case);
-                    // Extend to 5 s and back to the extreme; another token changes nothing.
-                    assert_eq!(extend_px(&mut c, &key, b"tok", 5_000), 1, "{case}");
+                    // Extend from 5 s to the extreme; another token changes nothing.
+                    let fence = grant(&mut c, &key, b"tok", 5_000).1;
                     let extend = rcmd!("LOCK.EXTEND", &key, "tok", unit, v);
                     assert_eq!(as_int(&ok(&mut c, &extend)), 1, "{case}: extend");
                     assert_ttl_close(pttl(&mut c, &key), ms, TTL_SLACK, &case);
                     let other = rcmd!("LOCK.EXTEND", &key, "other", unit, v);
                     assert_eq!(as_int(&ok(&mut c, &other)), 0, "{case}: extend by another");
-                    let held = info_some(&mut c, &key);
-                    assert_eq!((held.token, held.fence), (b"tok".to_vec(), fence));
-                    assert_ttl_close(held.ttl, ms, TTL_SLACK, &case);
-                    assert_eq!(release(&mut c, &key, b"tok"), 1, "{case}");
+                    // Gone only if the extreme is a lease of a few ms that ended meanwhile.
+                    match info(&mut c, &key) {
+                        Some(held) => {
+                            assert_eq!((held.token, held.fence), (b"tok".to_vec(), fence));
+                            assert_ttl_close(held.ttl, ms, TTL_SLACK, &case);
+                            assert_eq!(release(&mut c, &key, b"tok"), 1, "{case}");
+                        }
+                        None => assert!(ms < TTL_SLACK, "{case}: a long hold is gone"),
+                    }
                 }
                 None => {
                     assert_eq!(err(&mut c, &acquire), TTL_ERR, "{case}: acquire");
@@ -298,7 +306,12 @@ fn waiters_asking_for_extreme_ttls() {
                     "{case}: fence {fence} after {held_fence}"
                 );
                 assert_ttl_close(pttl(&mut c, &key), ms, TTL_SLACK, &case);
-                assert_eq!(release(&mut c, &key, b"waiter"), 1, "{case}");
+                // A lease of a few ms may have ended already.
+                let released = release(&mut c, &key, b"waiter");
+                assert!(
+                    released == 1 || ms < TTL_SLACK,
+                    "{case}: release {released}"
+                );
             }
             None => {
                 assert_eq!(w.read().unwrap(), Resp::Error(TTL_ERR.into()), "{case}");
