@@ -26,7 +26,7 @@ use std::ffi::c_void;
 use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
-use crate::core::schedule::Schedule;
+use crate::core::schedule::{self, Schedule};
 use crate::core::swapdb;
 use crate::server::ffi::{self, BlockedId, LockId, TimerId};
 use crate::server::writable::{self, NotWritable};
@@ -64,6 +64,9 @@ pub struct Runner {
     /// A pass found this server a replica: it forgets what only a master
     /// keeps (connection bindings).
     pub on_replica: fn(),
+    /// Whether a job hands a lock to a waiter: it is timed to the
+    /// microsecond (see `arm`).
+    pub urgent: fn(&Job) -> bool,
 }
 
 /// Runs nothing: until the module's runner is registered.
@@ -73,6 +76,7 @@ static IDLE_RUNNER: Runner = Runner {
     background_pending: || false,
     background: |_| false,
     on_replica: || {},
+    urgent: |_| false,
 };
 
 thread_local! {
@@ -86,6 +90,10 @@ thread_local! {
     static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
+    /// Inside the timer's callback (a timer made there fires 1 ms late at best).
+    static IN_TIMER: Cell<bool> = const { Cell::new(false) };
+    /// A turn of the event loop is asked for (see `arm`).
+    static TURN_ASKED: Cell<bool> = const { Cell::new(false) };
     /// The server's state held writes back: not looked at again before then.
     static HELD_UNTIL: Cell<Option<i64>> = const { Cell::new(None) };
     /// Lease ends that fell due while this server was a replica (its master
@@ -249,7 +257,24 @@ fn rearm(ctx: &Context) {
 
 fn arm(ctx: &Context, next: i64) {
     let now = ffi::now_ms();
-    let delay = next.saturating_sub(now).clamp(0, ffi::MAX_TIMER_PERIOD_MS);
+    let urgent = HELD_UNTIL.with(Cell::get).is_none()
+        && writes(|s| {
+            s.first()
+                .is_some_and(|(job, at)| at <= next && (runner().urgent)(job))
+        });
+    let delay = match urgent {
+        true => schedule::urgent_delay(next, ffi::now_us()),
+        false => next.saturating_sub(now),
+    }
+    .clamp(0, ffi::MAX_TIMER_PERIOD_MS);
+    if urgent && delay == 0 && IN_TIMER.with(Cell::get) {
+        // Made here, the timer would fire a millisecond late: it is made on
+        // the loop's next turn instead.
+        if TURN_ASKED.with(Cell::get) || ffi::next_turn(on_next_turn) {
+            TURN_ASKED.with(|t| t.set(true));
+            return;
+        }
+    }
     let id = ffi::create_timer(ctx, delay, on_timer);
     ARMED.with(|a| a.set(Some((now + delay, id))));
 }
@@ -261,7 +286,19 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         pass(&ctx);
         settle_freed_memory();
     });
+    IN_TIMER.with(|t| t.set(true));
     catch_panic::callback((), || rearm(&ctx));
+    IN_TIMER.with(|t| t.set(false));
+}
+
+/// The loop's next turn, asked for by `arm`: the timer is made now.
+unsafe extern "C" fn on_next_turn(_data: *mut c_void) {
+    catch_panic::callback((), || {
+        TURN_ASKED.with(|t| t.set(false));
+        if let Some(ctx) = state::detached_context() {
+            rearm(&ctx);
+        }
+    });
 }
 
 /// A pass frees many small blocks (released holds, deleted keys). With

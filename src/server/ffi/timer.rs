@@ -33,3 +33,19 @@ pub fn stop_timer(ctx: &Context, id: TimerId) -> bool {
         raw::RedisModule_StopTimer.unwrap()(ctx.ctx, id, &mut data) == raw::REDISMODULE_OK as i32
     }
 }
+
+/// Signature of a callback run on the event loop's next turn.
+pub type TurnCallback = unsafe extern "C" fn(*mut c_void);
+
+/// Runs `callback` on the event loop's next turn, at once: a timer made
+/// inside a timer's callback fires no sooner than a millisecond later
+/// (Redis still counts the firing timer as the first one). False if Redis
+/// could not take it.
+pub fn next_turn(callback: TurnCallback) -> bool {
+    // SAFETY: the callback has the signature Redis calls and ignores its
+    // (null) data; the function is available from Redis 7.0.
+    unsafe {
+        raw::RedisModule_EventLoopAddOneShot.unwrap()(Some(callback), std::ptr::null_mut())
+            == raw::REDISMODULE_OK as i32
+    }
+}

@@ -277,7 +277,18 @@ pub static RUNNER: Runner = Runner {
     background_pending: || ephemeral::orphans() > 0,
     background: release_next_orphan,
     on_replica: ephemeral::unbind_all,
+    urgent,
 };
+
+/// A lock that a client waits for: its job hands it on, so it runs as soon
+/// as it is due, not up to the event loop's millisecond later.
+fn urgent(job: &Job) -> bool {
+    match job {
+        Job::Serve(_) => true,
+        Job::Leases(id) => waiting::count_of(id) > 0,
+        Job::Revoke(..) | Job::Epoch(_) | Job::Deadline(_) => false,
+    }
+}
 
 fn run(ctx: &Context, job: Job) {
     match job {
