@@ -40,7 +40,7 @@ pub fn now_us() -> i64 {
     };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as i64 * 1_000_000 + ts.tv_nsec as i64 / 1_000
+    i64::from(ts.tv_sec) * 1_000_000 + i64::from(ts.tv_nsec) / 1_000
 }
 
 /// Whether the current command came from the master link or the AOF.
