@@ -40,7 +40,7 @@ pub fn now_us() -> i64 {
     };
     // SAFETY: `ts` is a valid, writable timespec.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    i64::from(ts.tv_sec) * 1_000_000 + i64::from(ts.tv_nsec) / 1_000
+    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
 }
 
 /// Whether the current command came from the master link or the AOF.
