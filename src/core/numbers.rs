@@ -16,17 +16,29 @@ pub fn parse_i64(raw: &[u8]) -> Option<i64> {
 }
 
 /// `n` in decimal, written to the end of `buf` (no allocation: this runs
-/// on every replicated grant).
+/// on every replicated grant; two digits a step, as Redis's own `ll2string`).
 pub fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
     let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
     }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        i -= 2;
+        buf[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        buf[i] = b'0' + n as u8;
+    }
+    &buf[i..]
 }
 
 pub fn parse_non_negative(raw: &[u8]) -> Option<u64> {
@@ -60,7 +72,14 @@ mod tests {
     #[test]
     fn decimal_formatting() {
         let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 1_700_000_000_000, u64::MAX] {
+        let powers = (0..20).flat_map(|e| {
+            let p = 10u64.pow(e);
+            [p - 1, p, p + 1]
+        });
+        for n in [0, 7, 10, 99, 100, 101, 1_700_000_000_000, u64::MAX]
+            .into_iter()
+            .chain(powers)
+        {
             assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
         }
     }
