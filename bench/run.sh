@@ -97,7 +97,7 @@ echo "bench: server with module on 127.0.0.1:$NATIVE_PORT, without on 127.0.0.1:
 
 # In the background, so that a signal runs the trap at once (bash defers
 # traps until a foreground child exits); its exit status is ours.
-if [ "${BENCH_ONLY:-}" != stalls ]; then
+if [ "${BENCH_ONLY:-}" != stalls ] && [ "${BENCH_ONLY:-}" != callgrind ]; then
     python3 "$ROOT/bench/suite.py" \
         --native-port "$NATIVE_PORT" --plain-port "$PLAIN_PORT" \
         --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
@@ -105,6 +105,39 @@ if [ "${BENCH_ONLY:-}" != stalls ]; then
     DRIVER=$!
     wait "$DRIVER"
     DRIVER=""
+fi
+
+# Instructions per command (bench/callgrind.py, a server of its own under
+# valgrind): native lock commands against the module's, and where the
+# module's instructions go, on every server of the matrix. Counts do not
+# move with other load on the machine. BENCH_ONLY=callgrind runs it alone.
+if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = callgrind ]; then
+    if command -v valgrind >/dev/null 2>&1; then
+        if ! mapfile -t cg_servers < <(scripts/servers.sh 2>/dev/null) || ((${#cg_servers[@]} == 0)); then
+            cg_servers=(redis-server)
+        fi
+        {
+            echo "# Instructions per command, native lock commands and the module's"
+            echo
+            echo "Written by \`bench/callgrind.py\` (\`make bench\`, or \`BENCH_ONLY=callgrind bench/run.sh\`):"
+            echo "each server runs under valgrind's callgrind with the module loaded; ${BENCH_CALLGRIND_N:-20000}"
+            echo "commands per workload through \`redis-cli --pipe\`, 32-byte tokens, keys \`lock:%012d\`."
+            echo "Release and extend run on prefilled keys; every call matches. Module: sha256 $(sha256sum "$WORK/libredislock.so" | cut -c1-16)…"
+        } >"$ROOT/bench/callgrind.md"
+        for server in "${cg_servers[@]}"; do
+            python3 "$ROOT/bench/callgrind.py" --server "$server" \
+                --module "$WORK/libredislock.so" --out "$ROOT/bench/callgrind.md" >/dev/null &
+            DRIVER=$!
+            wait "$DRIVER" || { echo "bench: callgrind failed on $server" >&2; exit 1; }
+            DRIVER=""
+        done
+        echo "bench: wrote bench/callgrind.md"
+    else
+        echo "bench: valgrind not found, instruction counts skipped (apt-get install valgrind)" >&2
+    fi
+    if [ "${BENCH_ONLY:-}" = callgrind ]; then
+        exit 0
+    fi
 fi
 
 # Stalls (bench/stalls.py, servers of its own): the worst PING while the

@@ -4,15 +4,27 @@
 /// Strict decimal like Redis's own parser: optional `-`, no `+`, no leading
 /// zeros, no spaces, no overflow.
 pub fn parse_i64(raw: &[u8]) -> Option<i64> {
-    let digits = raw.strip_prefix(b"-").unwrap_or(raw);
-    let leading_zero = digits.len() > 1 && digits[0] == b'0';
-    if digits.is_empty() || leading_zero || !digits.iter().all(u8::is_ascii_digit) {
+    let (negative, digits) = match raw.strip_prefix(b"-") {
+        Some(rest) => (true, rest),
+        None => (false, raw),
+    };
+    let (&first, _) = digits.split_first()?;
+    if (first == b'0' && (digits.len() > 1 || negative)) || digits.len() > 19 {
         return None;
     }
-    if raw == b"-0" {
-        return None;
+    // One pass, accumulating negatively: i64::MIN has no positive twin.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
     }
-    std::str::from_utf8(raw).ok()?.parse().ok()
+    if negative {
+        Some(n)
+    } else {
+        n.checked_neg()
+    }
 }
 
 /// `n` in decimal, written to the end of `buf` (no allocation: this runs
@@ -48,6 +60,68 @@ pub fn parse_non_negative(raw: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rules spelled out: strict digits, then the standard parser.
+    fn reference(raw: &[u8]) -> Option<i64> {
+        let digits = raw.strip_prefix(b"-").unwrap_or(raw);
+        let leading_zero = digits.len() > 1 && digits[0] == b'0';
+        if digits.is_empty() || leading_zero || !digits.iter().all(u8::is_ascii_digit) {
+            return None;
+        }
+        if raw == b"-0" {
+            return None;
+        }
+        std::str::from_utf8(raw).ok()?.parse().ok()
+    }
+
+    #[test]
+    fn integers_parse_as_the_rules_say() {
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        for n in [
+            i64::MIN,
+            i64::MIN + 1,
+            -1,
+            0,
+            1,
+            9,
+            10,
+            i64::MAX - 1,
+            i64::MAX,
+        ] {
+            cases.push(n.to_string().into_bytes());
+        }
+        cases.extend(
+            [
+                "-9223372036854775809",
+                "9223372036854775808",
+                "99999999999999999999",
+                "00",
+                "-00",
+            ]
+            .iter()
+            .map(|s| s.as_bytes().to_vec()),
+        );
+        // Every string of up to 3 bytes over an alphabet with the edges.
+        let alphabet = b"-+0159 a";
+        for len in 0..=3u32 {
+            for mut code in 0..alphabet.len().pow(len) {
+                let mut case = Vec::new();
+                for _ in 0..len {
+                    case.push(alphabet[code % alphabet.len()]);
+                    code /= alphabet.len();
+                }
+                cases.push(case);
+            }
+        }
+        for case in cases {
+            assert_eq!(
+                parse_i64(&case),
+                reference(&case),
+                "{:?}",
+                String::from_utf8_lossy(&case)
+            );
+        }
+    }
 
     #[test]
     fn integers_are_strict() {
