@@ -13,23 +13,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The delay for a timer that must fire at most a fraction of a
-/// millisecond after `due_ms` begins. The event loop sleeps in whole
-/// milliseconds, rounded up, and the kernel may wake it later still: a
-/// timer fires up to 1–2 ms after its time. So it is armed 2 ms early, and
-/// from there re-armed for every turn of the loop until the clock reaches
-/// `due_ms` (clients are served between turns; this lasts at most ~3 ms).
-pub fn urgent_delay(due_ms: i64, now_us: i64) -> i64 {
-    due_ms
-        .saturating_mul(1000)
-        .saturating_sub(now_us)
-        .div_euclid(1000)
-        .saturating_sub(URGENT_LEAD_MS)
-}
-
-/// How early an urgent timer is armed.
-pub const URGENT_LEAD_MS: i64 = 2;
-
 #[derive(Debug)]
 pub struct Schedule<J> {
     /// (when, order of scheduling, job)
@@ -166,17 +149,6 @@ impl<J: Ord + Clone> Schedule<J> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn an_urgent_timer_is_armed_a_millisecond_early() {
-        // Due at 1,000 ms: from 0 µs armed for 998 ms, from 997.5 ms on
-        // for the next turn of the loop (a delay of 0 or less).
-        assert_eq!(urgent_delay(1_000, 0), 998);
-        assert_eq!(urgent_delay(1_000, 997_500), 0);
-        assert_eq!(urgent_delay(1_000, 999_999), -2);
-        assert_eq!(urgent_delay(1_000, 2_000_000), -1_002);
-        assert_eq!(urgent_delay(i64::MAX, 0), i64::MAX / 1000 - 2);
-    }
 
     #[test]
     fn cancelling_by_a_filter() {

@@ -21,12 +21,12 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
-use std::ffi::c_void;
+use std::ffi::{c_int, c_void};
 
 use redis_module::{raw, Context};
 
 use crate::core::budget::{Budget, SLICE};
-use crate::core::schedule::{self, Schedule};
+use crate::core::schedule::Schedule;
 use crate::core::swapdb;
 use crate::server::ffi::{self, BlockedId, LockId, TimerId};
 use crate::server::writable::{self, NotWritable};
@@ -90,10 +90,8 @@ thread_local! {
     static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
-    /// Inside the timer's callback (a timer made there fires 1 ms late at best).
-    static IN_TIMER: Cell<bool> = const { Cell::new(false) };
-    /// A turn of the event loop is asked for (see `arm`).
-    static TURN_ASKED: Cell<bool> = const { Cell::new(false) };
+    /// The kernel timer is set for an urgent job (see `arm`), at this time.
+    static WAKE_AT: Cell<Option<i64>> = const { Cell::new(None) };
     /// The server's state held writes back: not looked at again before then.
     static HELD_UNTIL: Cell<Option<i64>> = const { Cell::new(None) };
     /// Lease ends that fell due while this server was a replica (its master
@@ -240,18 +238,21 @@ fn rearm(ctx: &Context) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    let armed = ARMED.with(Cell::get);
-    match (armed, earliest) {
-        (Some((fires, _)), Some(next)) if fires <= next => {}
-        (Some((_, id)), next) => {
-            ffi::stop_timer(ctx, id);
-            ARMED.with(|a| a.set(None));
-            if let Some(next) = next {
-                arm(ctx, next);
-            }
-        }
-        (None, Some(next)) => arm(ctx, next),
-        (None, None) => {}
+    let (armed, wake) = (ARMED.with(Cell::get), WAKE_AT.with(Cell::get));
+    let covered = earliest.is_some_and(|next| {
+        armed.is_some_and(|(fires, _)| fires <= next) || wake.is_some_and(|at| at <= next)
+    });
+    if covered {
+        return;
+    }
+    if let Some((_, id)) = ARMED.with(Cell::take) {
+        ffi::stop_timer(ctx, id);
+    }
+    if WAKE_AT.with(Cell::take).is_some() {
+        ffi::cancel_wake();
+    }
+    if let Some(next) = earliest {
+        arm(ctx, next);
     }
 }
 
@@ -262,19 +263,17 @@ fn arm(ctx: &Context, next: i64) {
             s.first()
                 .is_some_and(|(job, at)| at <= next && (runner().urgent)(job))
         });
-    let delay = match urgent {
-        true => schedule::urgent_delay(next, ffi::now_us()),
-        false => next.saturating_sub(now),
+    // A job that hands a lock to a waiter runs on the microsecond it is due
+    // (the module timer could be 2 ms late): a kernel timer wakes the loop,
+    // which then runs the timer at once.
+    if urgent
+        && state::detached_context().is_some()
+        && ffi::wake_at(next.saturating_mul(1000), on_wake)
+    {
+        WAKE_AT.with(|w| w.set(Some(next)));
+        return;
     }
-    .clamp(0, ffi::MAX_TIMER_PERIOD_MS);
-    if urgent && delay == 0 && IN_TIMER.with(Cell::get) {
-        // Made here, the timer would fire a millisecond late: it is made on
-        // the loop's next turn instead.
-        if TURN_ASKED.with(Cell::get) || ffi::next_turn(on_next_turn) {
-            TURN_ASKED.with(|t| t.set(true));
-            return;
-        }
-    }
+    let delay = next.saturating_sub(now).clamp(0, ffi::MAX_TIMER_PERIOD_MS);
     let id = ffi::create_timer(ctx, delay, on_timer);
     ARMED.with(|a| a.set(Some((now + delay, id))));
 }
@@ -286,17 +285,22 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
         pass(&ctx);
         settle_freed_memory();
     });
-    IN_TIMER.with(|t| t.set(true));
     catch_panic::callback((), || rearm(&ctx));
-    IN_TIMER.with(|t| t.set(false));
 }
 
-/// The loop's next turn, asked for by `arm`: the timer is made now.
-unsafe extern "C" fn on_next_turn(_data: *mut c_void) {
+/// The kernel timer set by `arm` went off: the module timer runs on the
+/// loop's next turn. (Made here, outside a timer's callback, a timer of no
+/// delay is the first one due, and the loop does not sleep before it.)
+unsafe extern "C" fn on_wake(fd: c_int, _data: *mut c_void, _mask: c_int) {
     catch_panic::callback((), || {
-        TURN_ASKED.with(|t| t.set(false));
+        ffi::clear_wake(fd);
+        WAKE_AT.with(|w| w.set(None));
         if let Some(ctx) = state::detached_context() {
-            rearm(&ctx);
+            if let Some((_, id)) = ARMED.with(Cell::take) {
+                ffi::stop_timer(&ctx, id);
+            }
+            let id = ffi::create_timer(&ctx, 0, on_timer);
+            ARMED.with(|a| a.set(Some((ffi::now_ms(), id))));
         }
     });
 }

@@ -32,17 +32,6 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.unwrap()() }
 }
 
-/// The wall clock in microseconds: the clock Redis's own milliseconds read.
-pub fn now_us() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec * 1_000_000 + ts.tv_nsec / 1_000
-}
-
 /// Whether the current command came from the master link or the AOF.
 pub fn from_master_or_aof(ctx: &Context) -> bool {
     use redis_module::ContextFlags;
