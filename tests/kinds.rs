@@ -562,8 +562,16 @@ fn dump_restore_copy_rename_and_move_keep_every_holder() {
     assert_eq!(release(&mut c, "sem4", b"a"), 1);
     ok(&mut c, &rcmd!("SELECT", 0));
     assert_eq!(strip(&info_of(&mut c, "sem")), sem);
-    let usage = as_int(&ok(&mut c, &rcmd!("MEMORY", "USAGE", "sem")));
-    assert!(usage > 100, "MEMORY USAGE {usage}");
+    let usage = |c: &mut Connection| as_int(&ok(c, &rcmd!("MEMORY", "USAGE", "sem")));
+    let two = usage(&mut c);
+    assert!(
+        two > 64,
+        "MEMORY USAGE {two}: the key, its holders' block and their holds"
+    );
+    // A third holder's 100-byte token is counted (in allocator size classes).
+    place(&mut c, "sem", &"t".repeat(100), 60_000, 3);
+    let three = usage(&mut c);
+    assert!(three > two + 64, "MEMORY USAGE {two}, then {three}");
 }
 
 #[test]

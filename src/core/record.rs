@@ -3,9 +3,10 @@
 //! small block next to the key (the memory benchmark compares it with a
 //! `SET NX PX` string).
 //!
-//! A key with holders (shared or semaphore) uses the same header with a
-//! token length no token can have, followed by a pointer to its
-//! [`Holders`]: the exclusive form stays as small as it was.
+//! A key with holders (shared or semaphore) is a [`Holders`] block, which
+//! has a token length no token can have where that header has its token
+//! length (bytes 8 and 9): the exclusive form stays as small as it was, and
+//! a small set of holders is that block plus one block of holds.
 
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -19,8 +20,9 @@ const FENCE: usize = 8;
 const LEN: usize = 2;
 const HEADER: usize = FENCE + LEN;
 /// The length field of a record with holders.
-const MULTI: u16 = u16::MAX;
-const POINTER: usize = std::mem::size_of::<*mut Holders>();
+pub(super) const MULTI: u16 = u16::MAX;
+/// Where a record has its length field, and [`Holders`] its mark.
+pub(super) const MARK_AT: usize = FENCE;
 
 /// What a record holds.
 #[derive(Debug, Clone, Copy)]
@@ -56,15 +58,10 @@ impl Record {
         }
     }
 
-    /// A record owning `holders`.
+    /// A record owning `holders`: their own block.
     pub fn new_multi(holders: Holders) -> Record {
         LIVE.fetch_add(1, Relaxed);
-        let boxed = Box::into_raw(Box::new(holders));
-        let mut bytes = Vec::with_capacity(HEADER + POINTER);
-        bytes.extend_from_slice(&0u64.to_le_bytes());
-        bytes.extend_from_slice(&MULTI.to_le_bytes());
-        bytes.extend_from_slice(&(boxed as usize).to_le_bytes());
-        let raw = Box::into_raw(bytes.into_boxed_slice()).cast::<u8>();
+        let raw = Box::into_raw(Box::new(holders)).cast::<u8>();
         // SAFETY: Box::into_raw never returns null.
         Record {
             ptr: unsafe { NonNull::new_unchecked(raw) },
@@ -80,7 +77,7 @@ impl Record {
     pub fn size_of(stored: Stored<'_>) -> usize {
         match stored {
             Stored::Single(lock) => HEADER + lock.token().len(),
-            Stored::Multi(h) => HEADER + POINTER + h.heap_size(),
+            Stored::Multi(h) => h.heap_size(),
         }
     }
 
@@ -127,7 +124,7 @@ impl Record {
     pub unsafe fn holders_mut<'a>(value: *mut c_void) -> Option<&'a mut Holders> {
         // SAFETY: by the caller's guarantee the pointer is a live record.
         match unsafe { multi_ptr(value.cast::<u8>()) } {
-            // SAFETY: the box is owned by the record, exclusively borrowed here.
+            // SAFETY: the block is the record, exclusively borrowed here.
             Some(p) => Some(unsafe { &mut *p }),
             None => None,
         }
@@ -150,61 +147,63 @@ impl Drop for Record {
         if let Some(holders) = unsafe { multi_ptr(self.ptr.as_ptr()) } {
             // SAFETY: made by `Box::into_raw` in `new_multi`, owned by this record.
             drop(unsafe { Box::from_raw(holders) });
+            return;
         }
-        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), self.byte_len());
-        // SAFETY: `ptr` and `byte_len` are exactly the boxed slice made in
-        // `new` or `new_multi`.
+        // SAFETY: as above; not a record with holders.
+        let len = unsafe { single_len(self.ptr.as_ptr()) };
+        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), HEADER + len);
+        // SAFETY: `ptr` and its length are exactly the boxed slice made in `new`.
         drop(unsafe { Box::from_raw(slice) });
     }
 }
 
-impl Record {
-    /// The length of the record's own allocation.
-    fn byte_len(&self) -> usize {
-        // SAFETY: `ptr` is a live record owned by `self`.
-        match unsafe { header(self.ptr.as_ptr()) } {
-            (_, MULTI) => HEADER + POINTER,
-            (_, len) => HEADER + len as usize,
-        }
-    }
-}
-
-/// # Safety
-/// `ptr` must point to a live record made by [`Record::new`] or [`Record::new_multi`].
-unsafe fn header(ptr: *const u8) -> (u64, u16) {
-    // SAFETY: a record starts with a HEADER-byte header.
-    let header = unsafe { std::slice::from_raw_parts(ptr, HEADER) };
-    let fence = u64::from_le_bytes(header[..FENCE].try_into().unwrap_or_default());
-    let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default());
-    (fence, len)
-}
-
-/// The holders' box of a record with holders.
+/// The length field of a record: a single record's token length, or
+/// [`MULTI`].
 ///
 /// # Safety
-/// As for [`header`].
+/// `ptr` must point to a live record made by [`Record::new`] or [`Record::new_multi`].
+unsafe fn length_field(ptr: *const u8) -> u16 {
+    // SAFETY: both kinds of record have their length field at MARK_AT:
+    // a single record's header, and `Holders::record_mark` (plain bytes,
+    // checked by a compile-time assertion in `holders`).
+    let field = unsafe { std::slice::from_raw_parts(ptr.add(MARK_AT), LEN) };
+    u16::from_le_bytes(field.try_into().unwrap_or_default())
+}
+
+/// The token length of a single record.
+///
+/// # Safety
+/// As for [`length_field`].
+unsafe fn single_len(ptr: *const u8) -> usize {
+    // SAFETY: guaranteed by the caller.
+    usize::from(unsafe { length_field(ptr) })
+}
+
+/// The holders of a record with holders.
+///
+/// # Safety
+/// As for [`length_field`].
 unsafe fn multi_ptr(ptr: *const u8) -> Option<*mut Holders> {
     // SAFETY: guaranteed by the caller.
-    let (_, len) = unsafe { header(ptr) };
-    if len != MULTI {
+    if unsafe { length_field(ptr) } != MULTI {
         return None;
     }
-    // SAFETY: a record with holders has a pointer right after its header
-    // (unaligned: the header is 10 bytes).
-    let addr = unsafe { std::ptr::read_unaligned(ptr.add(HEADER).cast::<usize>()) };
-    Some(addr as *mut Holders)
+    // A record with holders is the `Holders` block made in `new_multi`.
+    Some(ptr.cast::<Holders>().cast_mut())
 }
 
 /// # Safety
-/// As for [`header`].
+/// As for [`length_field`].
 unsafe fn view<'a>(ptr: *const u8) -> Stored<'a> {
     // SAFETY: guaranteed by the caller.
     if let Some(holders) = unsafe { multi_ptr(ptr) } {
-        // SAFETY: the box lives as long as the record.
+        // SAFETY: the block lives as long as the record.
         return Stored::Multi(unsafe { &*holders });
     }
-    // SAFETY: guaranteed by the caller.
-    let (fence, len) = unsafe { header(ptr) };
+    // SAFETY: a single record starts with a HEADER-byte header.
+    let header = unsafe { std::slice::from_raw_parts(ptr, HEADER) };
+    let fence = u64::from_le_bytes(header[..FENCE].try_into().unwrap_or_default());
+    let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default());
     // SAFETY: a single record's header is followed by `len` token bytes.
     let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len as usize) };
     Stored::Single(LockRef::new(token, fence))
@@ -238,16 +237,17 @@ mod tests {
     fn one_small_block() {
         let lock = LockRef::new(&[7u8; 22], 1);
         assert_eq!(Record::size_of(Stored::Single(lock)), 32);
-        assert_eq!(Record::new(lock).byte_len(), 32);
-        assert_eq!(Record::new(LockRef::gate(5)).byte_len(), HEADER);
+        assert_eq!(Record::size_of(Stored::Single(LockRef::gate(5))), HEADER);
         let multi = Record::new_multi(Holders::new(crate::core::holders::Kind::Shared));
-        assert_eq!(multi.byte_len(), HEADER + POINTER);
         let Stored::Multi(h) = multi.view() else {
             panic!("holders");
         };
+        assert_eq!(Record::size_of(multi.view()), h.heap_size());
+        #[cfg(target_pointer_width = "64")]
         assert_eq!(
-            Record::size_of(multi.view()),
-            HEADER + POINTER + h.heap_size()
+            std::mem::size_of::<Holders>(),
+            32,
+            "a key with holders is one 32-byte block and its holds"
         );
     }
 
@@ -281,6 +281,6 @@ mod tests {
         // SAFETY: taking it back frees it (and its holders) once.
         drop(unsafe { Record::from_raw(raw) });
         assert!(matches!(copy.view(), Stored::Multi(c) if c.len() == 2));
-        assert!(Record::size_of(copy.view()) > HEADER + POINTER);
+        assert!(Record::size_of(copy.view()) > std::mem::size_of::<Holders>());
     }
 }
