@@ -871,6 +871,63 @@ fn memory_usage_counts_the_holders_and_a_flush_leaves_no_job_behind() {
 }
 
 #[test]
+fn memory_usage_of_small_holder_sets_follows_used_memory() {
+    // 2,000 keys whose holder sets grow from one holder to ten (packed in one block each) and
+    // then to twenty (indexed): the later leases need no new lease-end job, so used_memory grows
+    // by what the sets grew, and MEMORY USAGE must say so.
+    let s = Server::start();
+    let mut c = s.conn();
+    let n = 2_000;
+    let used = |c: &mut Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
+        field(&info, "used_memory").unwrap().parse().unwrap()
+    };
+    let usage = |c: &mut Connection| -> i64 {
+        let mut pipe = redis::pipe();
+        for i in 0..n {
+            pipe.cmd("MEMORY")
+                .arg("USAGE")
+                .arg(format!("k{i}"))
+                .arg("SAMPLES")
+                .arg(0);
+        }
+        pipe.query::<Vec<i64>>(c).unwrap().iter().sum()
+    };
+    let grow = |c: &mut Connection, holders: std::ops::Range<i64>| {
+        let mut pipe = redis::pipe();
+        for i in 0..n {
+            for j in holders.clone() {
+                pipe.cmd("LOCK.ACQUIRE")
+                    .arg(format!("k{i}"))
+                    .arg(format!("{i:016}{j:016}"))
+                    .arg("PX")
+                    .arg(600_000 + j)
+                    .arg("LIMIT")
+                    .arg(100)
+                    .ignore();
+            }
+        }
+        pipe.query::<()>(c).unwrap();
+    };
+    grow(&mut c, 0..1);
+    let (m1, u1) = (used(&mut c), usage(&mut c));
+    grow(&mut c, 1..10);
+    let (m10, u10) = (used(&mut c), usage(&mut c));
+    grow(&mut c, 10..20);
+    let (m20, u20) = (used(&mut c), usage(&mut c));
+    for (what, grown, reported) in [
+        ("one to ten holders", m10 - m1, u10 - u1),
+        ("ten to twenty holders", m20 - m10, u20 - u10),
+    ] {
+        let ratio = reported as f64 / grown as f64;
+        assert!(
+            (0.85..=1.15).contains(&ratio),
+            "{what}: MEMORY USAGE grew by {reported}, used_memory by {grown}"
+        );
+    }
+}
+
+#[test]
 fn after_a_rename_the_next_grant_watches_the_leases_again() {
     let s = Server::start();
     let mut c = s.conn();

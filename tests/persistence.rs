@@ -1,8 +1,10 @@
 //! Persistence of locks (SPEC "Persistence and replication", "Fencing tokens"): DEBUG RELOAD,
 //! RDB, AOF (with and without rewrite / RDB preamble), key-level commands (DUMP/RESTORE, COPY,
-//! RENAME, MOVE, MEMORY USAGE).
+//! RENAME, MOVE, MEMORY USAGE); and of keys with holders, in both of the forms the module keeps
+//! them in and across the switch between them.
 
 use crate::common::*;
+use crate::kinds::{info_of, place, shared};
 use redis::{Connection, Value};
 
 /// One held lock as seen before a reload.
@@ -653,4 +655,148 @@ fn lock_changes_count_towards_rdb_save_points() {
     assert!(after_extend > after_grant, "an extend is a change");
     assert_eq!(release(&mut c, "k", b"t"), 1);
     assert!(changes(&mut c) > after_extend, "a release is a change");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Keys with holders, in both of the forms the module keeps them in
+// ---------------------------------------------------------------------------------------------
+
+/// What a reload must keep of a key with holders: its holders as `LOCK.INFO` lists them (token,
+/// fence), its absolute expiry, and `DEBUG DIGEST-VALUE` (every lease end).
+#[derive(Debug, PartialEq)]
+pub struct HolderSet {
+    key: String,
+    holders: Vec<(Vec<u8>, i64)>,
+    expire_at: i64,
+    digest: Value,
+}
+
+pub fn holder_sets(con: &mut Connection, keys: &[&str]) -> Vec<HolderSet> {
+    keys.iter()
+        .map(|key| HolderSet {
+            key: key.to_string(),
+            holders: info_of(con, key)
+                .holders
+                .iter()
+                .map(|h| (h.token.clone(), h.fence))
+                .collect(),
+            expire_at: pexpiretime(con, key),
+            digest: ok(con, &rcmd!("DEBUG", "DIGEST-VALUE", key)),
+        })
+        .collect()
+}
+
+pub const HOLDER_KEYS: [&str; 5] = ["hs:small", "hs:large", "hs:shrunk", "hs:hover", "hs:long"];
+
+/// Keys with holders of every size (a small set is packed in one block; past 16 holds the
+/// module indexes it, and packs it again only once it is down to 8): a few readers; 40 places;
+/// 20 places of which 14 were released (packed again); a set that went back and forth between
+/// 16 and 17 holders; 10 readers with 500-byte tokens (indexed for their size). Re-grants and
+/// extends move leases within each. Returns the highest fence granted.
+pub fn populate_holder_sets(c: &mut Connection) -> i64 {
+    let mut top = 0;
+    for i in 0..3 {
+        top = top.max(shared(c, "hs:small", &format!("r{i}"), 120_000 + i));
+    }
+    for i in 0..40 {
+        let px = 120_000 + i % 5;
+        top = top.max(place(c, "hs:large", &format!("p{i:02}"), px, 50));
+    }
+    assert_eq!(extend_px(c, "hs:large", b"p03", 150_000), 1);
+    for i in 0..20 {
+        top = top.max(place(c, "hs:shrunk", &format!("t{i:02}"), 120_000, 30));
+    }
+    for i in 0..14 {
+        assert_eq!(release(c, "hs:shrunk", format!("t{i:02}").as_bytes()), 1);
+    }
+    for i in 0..16 {
+        top = top.max(shared(c, "hs:hover", &format!("h{i:02}"), 120_000 - i));
+    }
+    for _ in 0..3 {
+        top = top.max(shared(c, "hs:hover", "h16", 90_000));
+        assert_eq!(release(c, "hs:hover", b"h16"), 1);
+        top = top.max(shared(c, "hs:hover", "h17", 130_000));
+    }
+    // Re-granted: same fence, later lease.
+    shared(c, "hs:hover", "h05", 140_000);
+    for i in 0..10 {
+        let token = format!("{i}{}", "L".repeat(499));
+        top = top.max(shared(c, "hs:long", &token, 120_000 + i));
+    }
+    top
+}
+
+/// After a reload: every set is as it was; then sets change form again (the large one down to
+/// 5 holds, the small one up to 20) and new grants get higher fences.
+fn verify_holder_sets(c: &mut Connection, before: &[HolderSet], top: i64, what: &str) {
+    assert_eq!(holder_sets(c, &HOLDER_KEYS), before, "{what}");
+    for i in 0..35 {
+        assert_eq!(
+            release(c, "hs:large", format!("p{i:02}").as_bytes()),
+            1,
+            "{what}"
+        );
+    }
+    assert_eq!(
+        info_of(c, "hs:large").tokens(),
+        ["p35", "p36", "p37", "p38", "p39"],
+        "{what}"
+    );
+    for i in 3..20 {
+        assert!(
+            shared(c, "hs:small", &format!("r{i}"), 120_000) > top,
+            "{what}"
+        );
+    }
+    let small: Vec<String> = (0..20).map(|i| format!("r{i}")).collect();
+    assert_eq!(info_of(c, "hs:small").tokens(), small, "{what}");
+    assert!(place(c, "hs:shrunk", "new", 60_000, 30) > top, "{what}");
+    assert_eq!(info_of(c, "hs:shrunk").holders.len(), 7, "{what}");
+    // And the changed sets reload as they are.
+    let changed = holder_sets(c, &HOLDER_KEYS);
+    assert_eq!(ok(c, &rcmd!("DEBUG", "RELOAD")), Value::Okay);
+    assert_eq!(
+        holder_sets(c, &HOLDER_KEYS),
+        changed,
+        "{what}, then DEBUG RELOAD"
+    );
+}
+
+#[test]
+fn holder_sets_of_both_forms_survive_debug_reload_and_rdb_restarts() {
+    let mut s = Server::start();
+    let mut c = s.conn();
+    let top = populate_holder_sets(&mut c);
+    let before = holder_sets(&mut c, &HOLDER_KEYS);
+    assert_eq!(ok(&mut c, &rcmd!("DEBUG", "RELOAD")), Value::Okay);
+    assert_eq!(holder_sets(&mut c, &HOLDER_KEYS), before, "DEBUG RELOAD");
+    assert_eq!(ok(&mut c, &rcmd!("SAVE")), Value::Okay);
+    s.kill9_and_restart();
+    let mut c = s.conn();
+    verify_holder_sets(&mut c, &before, top, "SAVE + kill -9 + restart");
+}
+
+#[test]
+fn holder_sets_of_both_forms_survive_aof_replay_and_rewrites() {
+    let mut s = aof_server(false);
+    let mut c = s.conn();
+    let top = populate_holder_sets(&mut c);
+    let before = holder_sets(&mut c, &HOLDER_KEYS);
+    // Replayed effect by effect, as they crossed between the forms.
+    s.kill9_and_restart();
+    let mut c = s.conn();
+    assert_eq!(holder_sets(&mut c, &HOLDER_KEYS), before, "AOF replay");
+    for preamble in ["no", "yes"] {
+        ok(
+            &mut c,
+            &rcmd!("CONFIG", "SET", "aof-use-rdb-preamble", preamble),
+        );
+        ok(&mut c, &rcmd!("BGREWRITEAOF"));
+        s.wait_aof_rewrite_done();
+        s.kill9_and_restart();
+        c = s.conn();
+        let what = format!("BGREWRITEAOF (preamble {preamble}) + restart");
+        assert_eq!(holder_sets(&mut c, &HOLDER_KEYS), before, "{what}");
+    }
+    verify_holder_sets(&mut c, &before, top, "AOF");
 }

@@ -519,3 +519,60 @@ fn internal_epoch_record_is_refused_to_clients() {
         "a refused epoch record must not move the epoch: {f2}"
     );
 }
+
+#[test]
+fn holder_sets_of_both_forms_replicate_and_full_sync_exactly() {
+    use crate::kinds::{info_of, place, shared};
+    use crate::persistence::{holder_sets, populate_holder_sets, HOLDER_KEYS};
+    let m = Server::builder().set("repl-diskless-sync", "yes").start();
+    let r = Server::start_replica_of(&m);
+    let mut mc = m.conn();
+    populate_holder_sets(&mut mc);
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    let on_master = holder_sets(&mut mc, &HOLDER_KEYS);
+    assert_eq!(holder_sets(&mut rc, &HOLDER_KEYS), on_master, "replicated");
+    // A full sync, diskless and from disk.
+    let late = Server::start_replica_of(&m);
+    wait_replica_caught_up(&m, &late);
+    assert_eq!(
+        holder_sets(&mut late.conn(), &HOLDER_KEYS),
+        on_master,
+        "diskless full sync"
+    );
+    ok(&mut mc, &rcmd!("CONFIG", "SET", "repl-diskless-sync", "no"));
+    let from_disk = Server::start_replica_of(&m);
+    wait_replica_caught_up(&m, &from_disk);
+    assert_eq!(
+        holder_sets(&mut from_disk.conn(), &HOLDER_KEYS),
+        on_master,
+        "full sync from disk"
+    );
+    // Sets that change form after the sync: the large one down to 3 holds, the small one up to
+    // 30.
+    for i in 0..37 {
+        assert_eq!(
+            release(&mut mc, "hs:large", format!("p{i:02}").as_bytes()),
+            1
+        );
+    }
+    for i in 3..30 {
+        shared(&mut mc, "hs:small", &format!("r{i}"), 60_000);
+    }
+    place(&mut mc, "hs:shrunk", "new", 60_000, 30);
+    assert_eq!(info_of(&mut mc, "hs:large").holders.len(), 3);
+    let changed = holder_sets(&mut mc, &HOLDER_KEYS);
+    for (replica, what) in [(&r, "replica"), (&late, "late"), (&from_disk, "from disk")] {
+        wait_replica_caught_up(&m, replica);
+        assert_eq!(
+            holder_sets(&mut replica.conn(), &HOLDER_KEYS),
+            changed,
+            "{what}: after the sets changed form"
+        );
+        assert_eq!(
+            digest(&mut replica.conn()),
+            digest(&mut mc),
+            "{what}: DEBUG DIGEST"
+        );
+    }
+}

@@ -8,9 +8,11 @@ use super::fence;
 use super::token::{self, MAX_TOKEN_LEN};
 
 /// Encoding version of the record in RDB files and `DUMP` payloads.
-/// Version 2 added shared holders and semaphores; version 1 records (an
-/// exclusive lock or a gate) read as they always did.
-pub const ENCODING_VERSION: i32 = 2;
+/// Version 2 added shared holders and semaphores, each hold in its own
+/// fields; version 3 stores the holds as one compact string (see
+/// `holders::Holders::encoded`). Records of versions 1 and 2 read as they
+/// always did; exclusive locks and gates are the same in all three.
+pub const ENCODING_VERSION: i32 = 3;
 
 /// The kind of lock a record describes. Stored in every record so that later
 /// kinds (shared holders, counted semaphores, reentrant holds) can be added
@@ -176,13 +178,17 @@ mod tests {
             LockRef::decode(1, 0, 5, b"tok"),
             LockRef::decode(2, 0, 5, b"tok")
         );
+        assert_eq!(
+            LockRef::decode(2, 0, 5, b"tok"),
+            LockRef::decode(3, 0, 5, b"tok")
+        );
         let ok = LockRef::decode(ENCODING_VERSION, 0, 5, b"tok").unwrap();
         assert_eq!(
             (ok.fence(), ok.token(), ok.mode()),
             (5, &b"tok"[..], Mode::Exclusive)
         );
         assert_eq!(
-            LockRef::decode(3, 0, 5, b"t"),
+            LockRef::decode(4, 0, 5, b"t"),
             Err(DecodeError::UnknownVersion)
         );
         assert_eq!(
@@ -191,6 +197,10 @@ mod tests {
         );
         assert_eq!(
             LockRef::decode(2, 2, 5, b"t"),
+            Err(DecodeError::UnknownMode)
+        );
+        assert_eq!(
+            LockRef::decode(3, 3, 5, b"t"),
             Err(DecodeError::UnknownMode)
         );
         assert_eq!(

@@ -49,9 +49,10 @@ unsafe fn stored<'a>(value: *const c_void) -> Stored<'a> {
     unsafe { Record::borrow_raw(value) }
 }
 
-/// A record in RDB (encoding version 2): its mode; then an exclusive lock
-/// or gate as fence and token (as in version 1), or holders as limit (0 for
-/// shared), count, and each hold's fence, lease end and token.
+/// A record in RDB (encoding version 3): its mode; then an exclusive lock
+/// or gate as fence and token (as in versions 1 and 2), or holders as limit
+/// (0 for shared), count, and the holds as one string (`Holders::encoded`).
+/// Version 2 wrote each hold's fence, lease end and token as fields.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     catch_panic::callback((), || {
         // SAFETY: Redis passes a value of this type.
@@ -69,18 +70,15 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
                 raw::save_unsigned(rdb, mode.code());
                 raw::save_unsigned(rdb, limit);
                 raw::save_unsigned(rdb, holders.len() as u64);
-                for (token, hold) in holders.iter() {
-                    raw::save_unsigned(rdb, hold.fence);
-                    raw::save_signed(rdb, hold.expire_at);
-                    raw::save_slice(rdb, token);
-                }
+                raw::save_slice(rdb, &holders.encoded());
             }
         }
     })
 }
 
-/// Reads the holders of a shared lock or semaphore (after their mode).
-fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
+/// Reads the holders of a shared lock or semaphore (after their mode), as
+/// encoding version `encver` (2 or 3) wrote them.
+fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Option<Holders> {
     let limit = raw::load_unsigned(rdb).ok()?;
     let kind = match mode {
         Mode::Shared if limit == 0 => Kind::Shared,
@@ -90,6 +88,12 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
         _ => return None,
     };
     let count = raw::load_unsigned(rdb).ok()?;
+    // No hold may end later than one granted now with the longest TTL.
+    let latest_end = ffi::now_ms().saturating_add(limits::MAX_TTL_MS as i64);
+    if encver >= 3 {
+        let holds = raw::load_string_buffer(rdb).ok()?;
+        return Holders::from_encoded(kind, count, holds.as_ref(), latest_end).ok();
+    }
     // Never trust the count for an allocation: a forged one would be huge.
     let mut holds = Vec::with_capacity(count.min(1024) as usize);
     for _ in 0..count {
@@ -98,8 +102,6 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode) -> Option<Holders> {
         let token = raw::load_string_buffer(rdb).ok()?;
         holds.push((token.as_ref().to_vec(), Hold { fence, expire_at }));
     }
-    // No hold may end later than one granted now with the longest TTL.
-    let latest_end = ffi::now_ms().saturating_add(limits::MAX_TTL_MS as i64);
     Holders::from_stored(kind, holds, latest_end).ok()
 }
 
@@ -111,7 +113,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 m @ (Mode::Shared | Mode::Semaphore)
                     if (2..=ENCODING_VERSION).contains(&encver) =>
                 {
-                    Some(Record::new_multi(load_holders(rdb, m)?))
+                    Some(Record::new_multi(load_holders(rdb, m, encver)?))
                 }
                 _ => {
                     let fence = raw::load_unsigned(rdb).ok()?;
