@@ -282,7 +282,15 @@ impl Holders {
     /// that is not already scheduled: the caller schedules it and this
     /// remembers it. `None` when a look is due no later than needed.
     pub fn look_needed(&self) -> Option<i64> {
-        let at = self.earliest()?.saturating_add(1);
+        let earliest = self.earliest()?;
+        if Some(earliest) == self.latest() {
+            // Every lease ends with the last one: the key's own TTL (the
+            // latest lease) ends them all, as it ends an exclusive lock, and
+            // a look per key would cost more memory than the key. Waiters
+            // ask for their own look at that moment.
+            return None;
+        }
+        let at = earliest.saturating_add(1);
         match self.watched_by.get() {
             w if w != NOT_WATCHED && w <= at => None,
             _ => {
@@ -688,9 +696,18 @@ mod tests {
         let mut h = Holders::new(Kind::Shared);
         assert_eq!(h.look_needed(), None, "no holders, nothing to look at");
         h.insert(b"a", hold(1, 100));
-        assert_eq!(h.look_needed(), Some(101));
-        assert_eq!(h.look_needed(), None);
+        assert_eq!(
+            h.look_needed(),
+            None,
+            "one lease: the key's TTL ends it, as an exclusive lock's"
+        );
+        h.insert(b"z", hold(9, 100));
+        assert_eq!(h.look_needed(), None, "leases that all end together");
+        h.remove(b"z");
         h.insert(b"b", hold(2, 200));
+        assert_eq!(h.look_needed(), Some(101), "a lease ends before the key's");
+        assert_eq!(h.look_needed(), None);
+        h.insert(b"d", hold(4, 150));
         assert_eq!(h.look_needed(), None, "a later lease is covered");
         h.insert(b"c", hold(3, 50));
         assert_eq!(h.look_needed(), Some(51));
@@ -810,9 +827,10 @@ mod tests {
             let back = Holders::from_encoded(sem, h.len() as u64, &bytes, 2000).unwrap();
             assert_eq!(back, h, "{i}");
             assert_eq!(back.is_compact(), h.len() <= COMPACT_MAX, "{i}");
+            // The first holder alone ends with the key's TTL: no look.
             assert_eq!(
                 back.look_needed(),
-                Some(1001),
+                (i > 0).then_some(1001),
                 "a set read back is not watched"
             );
         }
@@ -920,9 +938,11 @@ mod tests {
                         }
                     }
                     8 => {
+                        let last = model.by_expiry.last_key_value().map(|((e, _), _)| *e);
                         let want = model
                             .by_expiry
                             .first_key_value()
+                            .filter(|((e, _), _)| Some(*e) != last)
                             .map(|((e, _), _)| e.saturating_add(1))
                             .filter(|&e| model_watch.is_none_or(|w| w > e));
                         if want.is_some() {
@@ -966,9 +986,11 @@ mod tests {
                 let copy = h.clone();
                 assert_eq!(copy, h, "{what}");
                 if !h.is_empty() {
-                    assert!(
+                    assert_eq!(
                         copy.look_needed().is_some(),
-                        "{what}: a copy is not watched"
+                        first != last,
+                        "{what}: a copy is not watched (and a set whose leases all end \
+                         with the key's TTL needs no look)"
                     );
                     let back = Holders::from_encoded(kind, h.len() as u64, &h.encoded(), i64::MAX)
                         .unwrap();

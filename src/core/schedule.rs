@@ -12,12 +12,15 @@
 //! side by side (a flush takes them out without looking at the others).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
 
+/// Each job is kept once and shared by the two indexes: a job names a key,
+/// and a lock with holders keeps one scheduled for as long as it lives.
 #[derive(Debug)]
 pub struct Schedule<J> {
     /// (when, order of scheduling, job)
-    queue: BTreeSet<(i64, u64, J)>,
-    due: BTreeMap<J, (i64, u64)>,
+    queue: BTreeSet<(i64, u64, Rc<J>)>,
+    due: BTreeMap<Rc<J>, (i64, u64)>,
     next_seq: u64,
 }
 
@@ -31,14 +34,24 @@ impl<J> Default for Schedule<J> {
     }
 }
 
+/// A job taken out of both indexes: the last reference to it.
+fn owned<J: Clone>(job: Rc<J>) -> J {
+    Rc::try_unwrap(job).unwrap_or_else(|shared| (*shared).clone())
+}
+
 impl<J: Ord + Clone> Schedule<J> {
     /// Schedules `job` at `at`, replacing the time it had.
     pub fn set(&mut self, job: J, at: i64) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        if let Some((old, old_seq)) = self.due.insert(job.clone(), (at, seq)) {
-            self.queue.remove(&(old, old_seq, job.clone()));
-        }
+        let job = match self.due.remove_entry(&job) {
+            Some((kept, (old, old_seq))) => {
+                self.queue.remove(&(old, old_seq, Rc::clone(&kept)));
+                kept
+            }
+            None => Rc::new(job),
+        };
+        self.due.insert(Rc::clone(&job), (at, seq));
         self.queue.insert((at, seq, job));
     }
 
@@ -60,8 +73,8 @@ impl<J: Ord + Clone> Schedule<J> {
 
     /// Forgets `job`; false if it was not scheduled.
     pub fn cancel(&mut self, job: &J) -> bool {
-        match self.due.remove(job) {
-            Some((at, seq)) => self.queue.remove(&(at, seq, job.clone())),
+        match self.due.remove_entry(job) {
+            Some((kept, (at, seq))) => self.queue.remove(&(at, seq, kept)),
             None => false,
         }
     }
@@ -78,7 +91,7 @@ impl<J: Ord + Clone> Schedule<J> {
 
     /// The earliest job and its time.
     pub fn first(&self) -> Option<(&J, i64)> {
-        self.queue.first().map(|(at, _, job)| (job, *at))
+        self.queue.first().map(|(at, _, job)| (&**job, *at))
     }
 
     /// A mark for [`Schedule::pop_before`]: jobs scheduled from now on are
@@ -96,8 +109,8 @@ impl<J: Ord + Clone> Schedule<J> {
             return None;
         }
         let (_, _, job) = self.queue.pop_first()?;
-        self.due.remove(&job);
-        Some(job)
+        self.due.remove(&*job);
+        Some(owned(job))
     }
 
     /// Takes every job due at or before `now`, earliest first.
@@ -109,32 +122,34 @@ impl<J: Ord + Clone> Schedule<J> {
     /// Takes out the jobs from `first` on, in job order, for as long as
     /// `take` says (one database's lease ends), with their times.
     pub fn cancel_from(&mut self, first: &J, take: impl Fn(&J) -> bool) -> Vec<(J, i64)> {
-        let gone: Vec<(J, i64, u64)> = self
+        let gone: Vec<(Rc<J>, i64, u64)> = self
             .due
-            .range(first..)
+            .range::<J, _>(first..)
             .take_while(|(job, _)| take(job))
-            .map(|(job, &(at, seq))| (job.clone(), at, seq))
+            .map(|(job, &(at, seq))| (Rc::clone(job), at, seq))
             .collect();
         self.take_out(gone)
     }
 
     /// Takes out every job `take` says to, with its time (looks at all).
     pub fn cancel_where(&mut self, take: impl Fn(&J) -> bool) -> Vec<(J, i64)> {
-        let gone: Vec<(J, i64, u64)> = self
+        let gone: Vec<(Rc<J>, i64, u64)> = self
             .due
             .iter()
             .filter(|(job, _)| take(job))
-            .map(|(job, &(at, seq))| (job.clone(), at, seq))
+            .map(|(job, &(at, seq))| (Rc::clone(job), at, seq))
             .collect();
         self.take_out(gone)
     }
 
-    fn take_out(&mut self, gone: Vec<(J, i64, u64)>) -> Vec<(J, i64)> {
+    fn take_out(&mut self, gone: Vec<(Rc<J>, i64, u64)>) -> Vec<(J, i64)> {
         for (job, at, seq) in &gone {
-            self.due.remove(job);
-            self.queue.remove(&(*at, *seq, job.clone()));
+            self.due.remove(&**job);
+            self.queue.remove(&(*at, *seq, Rc::clone(job)));
         }
-        gone.into_iter().map(|(job, at, _)| (job, at)).collect()
+        gone.into_iter()
+            .map(|(job, at, _)| (owned(job), at))
+            .collect()
     }
 
     pub fn len(&self) -> usize {

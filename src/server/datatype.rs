@@ -157,8 +157,15 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // Holders' leases end on their own: watch the first one. A client's
         // RESTORE is looked at once, for the key's TTL (see `locks::tend`).
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
-            if let Some(at) = holders.look_needed() {
-                let at = if trusted { at } else { ffi::now_ms() };
+            let look = match trusted {
+                true => holders.look_needed(),
+                false => {
+                    let now = ffi::now_ms();
+                    holders.set_watched(Some(now));
+                    Some(now)
+                }
+            };
+            if let Some(at) = look {
                 locks::watch_leases_of(id, at);
             }
         }

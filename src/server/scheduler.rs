@@ -44,8 +44,10 @@ pub enum Job {
     Leases(LockId),
     /// A waiter's `BLOCK` timeout.
     Deadline(BlockedId),
-    /// Give back a grant whose client left before its reply: lock, token, fence.
-    Revoke(LockId, Vec<u8>, u64),
+    /// Give back a grant whose client left before its reply: lock, token,
+    /// fence (boxed: every job is as large as the largest, and a lock with
+    /// holders keeps one for as long as it lives).
+    Revoke(Box<(LockId, Vec<u8>, u64)>),
     /// Propagate a promoted master's fence epoch.
     Epoch(u64),
 }

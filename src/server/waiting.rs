@@ -303,7 +303,8 @@ unsafe extern "C" fn on_disconnect(
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
             Stage::Granted { fence } => {
-                scheduler::soon(&ctx, Job::Revoke(w.lock, w.request.asked.token, fence));
+                let grant = (w.lock, w.request.asked.token, fence);
+                scheduler::soon(&ctx, Job::Revoke(Box::new(grant)));
             }
         }
     })

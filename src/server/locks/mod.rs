@@ -294,7 +294,10 @@ fn run(ctx: &Context, job: Job) {
     match job {
         Job::Serve(id) => serve_id(ctx, &id),
         Job::Leases(id) => tend(ctx, &id),
-        Job::Revoke(id, token, fence) => revoke(ctx, &id, &token, fence),
+        Job::Revoke(grant) => {
+            let (id, token, fence) = *grant;
+            revoke(ctx, &id, &token, fence)
+        }
         // The scheduler's own.
         Job::Epoch(_) | Job::Deadline(_) => {}
     }
