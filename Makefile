@@ -58,8 +58,9 @@ clean:
 # semaphores vs Lua on a hash and a sorted set), stalls, and LOCK.* against
 # each server's own lock commands, on throw-away servers started by the script
 # (loopback, free ports). Writes bench/results.md, results-raw.txt, stalls.md,
-# native.md and native-raw.txt; about 18 minutes, best on an otherwise idle
-# machine. BENCH_ONLY=native (or callgrind, stalls, suite pairs 1,2,...) runs a part.
+# callgrind.md, native.md and native-raw.txt; the suite, stalls and native
+# parts take about 20 minutes, best on an otherwise idle machine.
+# BENCH_ONLY=native (or callgrind, stalls, suite pairs 1,2,...) runs a part.
 .PHONY: bench
 bench: build
 	bench/run.sh
