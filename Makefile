@@ -55,9 +55,12 @@ clean:
 	$(CARGO) clean
 
 # Benchmarks: native LOCK.* vs SET NX PX + Lua (and shared locks and
-# semaphores vs Lua on a hash and a sorted set), on throw-away servers started
-# by the script (loopback, free ports). Writes bench/results.md and
-# bench/results-raw.txt; about 6 minutes, best on an otherwise idle machine.
+# semaphores vs Lua on a hash and a sorted set), stalls, and LOCK.* against
+# each server's own lock commands, on throw-away servers started by the script
+# (loopback, free ports). Writes bench/results.md, results-raw.txt, stalls.md,
+# callgrind.md, native.md and native-raw.txt; the suite, stalls and native
+# parts take about 20 minutes, best on an otherwise idle machine.
+# BENCH_ONLY=native (or callgrind, stalls, suite pairs 1,2,...) runs a part.
 .PHONY: bench
 bench: build
 	bench/run.sh

@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
 # redislock benchmark suite (`make bench`).
 #
-# Starts two throw-away redis-server processes on free loopback ports — one
-# with the module just built, one without (for the overhead figure) — runs
-# bench/suite.py against them, and stops them on any exit. Writes
-# bench/results.md (table + machine line) and bench/results-raw.txt.
+# Four parts, in this order:
+#   suite   two throw-away redis-server processes on free loopback ports — one
+#           with the module just built, one without (for the overhead figure) —
+#           and bench/suite.py against them: bench/results.md, results-raw.txt.
+#   callgrind  bench/callgrind.py on every server of the matrix (needs
+#           valgrind): instructions per command, bench/callgrind.md.
+#   stalls  bench/stalls.py on every server of the matrix: bench/stalls.md.
+#   native  bench/native.py on every server of the matrix: the module's basic
+#           commands against the server's own lock commands, side by side:
+#           bench/native.md, native-raw.txt.
+# Every server is stopped on any exit.
 #
 # Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
-# BENCH_ONLY=1,2,... to run some pairs only, BENCH_PIN=0 to not pin the
-# server to CPU 0 and the clients to CPU 1.
+# BENCH_NATIVE_REPS (see native.py); BENCH_ONLY=LIST runs only what LIST (comma
+# separated) names: suite pairs (1,2,...,6b) and/or the parts `callgrind`,
+# `stalls` and `native`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
+# clients to CPU 1.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -45,11 +54,18 @@ cp "$MODULE" "$WORK/libredislock.so"
 
 SERVER_PIN=()
 CLIENT_CPUS=""
+SERVER_CPUS=""
 if [ "${BENCH_PIN:-1}" != 0 ] && command -v taskset >/dev/null 2>&1 && [ "$(nproc)" -ge 2 ]; then
     SERVER_PIN=(taskset -c 0)
     CLIENT_CPUS=1
+    SERVER_CPUS=0
     export BENCH_SERVER_CPUS=0
 fi
+
+# What BENCH_ONLY selects: the suite's pairs (any other word) and the parts.
+ONLY=${BENCH_ONLY:-}
+PAIRS=$(tr ',' '\n' <<<"$ONLY" | grep -vx -e callgrind -e stalls -e native -e '' | paste -sd, - || true)
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -84,38 +100,41 @@ start_server() {
     exit 1
 }
 
-start_server native --loadmodule "$WORK/libredislock.so"
-NATIVE_PORT=$PORT
-start_server plain
-PLAIN_PORT=$PORT
+status=0
+# The drivers run in the background, so that a signal runs the trap at once
+# (bash defers traps until a foreground child exits).
+if [ -z "$ONLY" ] || [ -n "$PAIRS" ]; then
+    start_server native --loadmodule "$WORK/libredislock.so"
+    NATIVE_PORT=$PORT
+    start_server plain
+    PLAIN_PORT=$PORT
 
-if ! redis-cli -h 127.0.0.1 -p "$NATIVE_PORT" MODULE LIST | grep -qx redislock; then
-    echo "bench: the module did not load" >&2
-    exit 1
-fi
-echo "bench: server with module on 127.0.0.1:$NATIVE_PORT, without on 127.0.0.1:$PLAIN_PORT"
-
-# In the background, so that a signal runs the trap at once (bash defers
-# traps until a foreground child exits); its exit status is ours.
-if [ "${BENCH_ONLY:-}" != stalls ] && [ "${BENCH_ONLY:-}" != callgrind ]; then
+    if ! redis-cli -h 127.0.0.1 -p "$NATIVE_PORT" MODULE LIST | grep -qx redislock; then
+        echo "bench: the module did not load" >&2
+        exit 1
+    fi
+    echo "bench: server with module on 127.0.0.1:$NATIVE_PORT, without on 127.0.0.1:$PLAIN_PORT"
     python3 "$ROOT/bench/suite.py" \
         --native-port "$NATIVE_PORT" --plain-port "$PLAIN_PORT" \
         --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
-        --client-cpus "$CLIENT_CPUS" --only "${BENCH_ONLY:-}" &
+        --client-cpus "$CLIENT_CPUS" --only "$PAIRS" &
     DRIVER=$!
-    wait "$DRIVER"
+    wait "$DRIVER" || status=1
     DRIVER=""
+fi
+
+# The matrix (scripts/servers.sh; redis-server alone when scripts/clients.sh
+# has not installed the others; REDISLOCK_SERVERS replaces the list).
+if ! mapfile -t servers < <(scripts/servers.sh 2>/dev/null) || ((${#servers[@]} == 0)); then
+    servers=(redis-server)
 fi
 
 # Instructions per command (bench/callgrind.py, a server of its own under
 # valgrind): native lock commands against the module's, and where the
 # module's instructions go, on every server of the matrix. Counts do not
-# move with other load on the machine. BENCH_ONLY=callgrind runs it alone.
-if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = callgrind ]; then
+# move with other load on the machine.
+if want callgrind; then
     if command -v valgrind >/dev/null 2>&1; then
-        if ! mapfile -t cg_servers < <(scripts/servers.sh 2>/dev/null) || ((${#cg_servers[@]} == 0)); then
-            cg_servers=(redis-server)
-        fi
         {
             echo "# Instructions per command, native lock commands and the module's"
             echo
@@ -124,38 +143,46 @@ if [ -z "${BENCH_ONLY:-}" ] || [ "${BENCH_ONLY}" = callgrind ]; then
             echo "commands per workload through \`redis-cli --pipe\`, 32-byte tokens, keys \`lock:%012d\`."
             echo "Release and extend run on prefilled keys; every call matches. Module: sha256 $(sha256sum "$WORK/libredislock.so" | cut -c1-16)…"
         } >"$ROOT/bench/callgrind.md"
-        for server in "${cg_servers[@]}"; do
+        for server in "${servers[@]}"; do
             python3 "$ROOT/bench/callgrind.py" --server "$server" \
                 --module "$WORK/libredislock.so" --out "$ROOT/bench/callgrind.md" >/dev/null &
             DRIVER=$!
-            wait "$DRIVER" || { echo "bench: callgrind failed on $server" >&2; exit 1; }
+            wait "$DRIVER" || { echo "bench: callgrind failed on $server" >&2; status=1; DRIVER=""; break; }
             DRIVER=""
         done
         echo "bench: wrote bench/callgrind.md"
     else
         echo "bench: valgrind not found, instruction counts skipped (apt-get install valgrind)" >&2
     fi
-    if [ "${BENCH_ONLY:-}" = callgrind ]; then
-        exit 0
-    fi
 fi
 
 # Stalls (bench/stalls.py, servers of its own): the worst PING while the
 # module works outside a command, next to the server's own expiry of as many
-# plain keys; on every server of the matrix (scripts/servers.sh; redis-server
-# alone when scripts/clients.sh has not installed the others). Writes
-# bench/stalls.md (a scenario over the margin is marked OVER).
-# BENCH_ONLY=stalls runs this part alone; REDISLOCK_SERVERS replaces the list.
-if ! mapfile -t servers < <(scripts/servers.sh 2>/dev/null) || ((${#servers[@]} == 0)); then
-    servers=(redis-server)
+# plain keys, on every server. Writes bench/stalls.md (a scenario over the
+# margin is marked OVER).
+if want stalls; then
+    : >"$ROOT/bench/stalls.md"
+    for server in "${servers[@]}"; do
+        python3 "$ROOT/bench/stalls.py" --server "$server" \
+            --module "$WORK/libredislock.so" --out "$ROOT/bench/stalls.md" &
+        DRIVER=$!
+        wait "$DRIVER" || status=1
+        DRIVER=""
+    done
 fi
-: >"$ROOT/bench/stalls.md"
-status=0
-for server in "${servers[@]}"; do
-    python3 "$ROOT/bench/stalls.py" --server "$server" \
-        --module "$WORK/libredislock.so" --out "$ROOT/bench/stalls.md" &
+
+# Native lock commands (bench/native.py, servers of its own): server CPU per
+# operation of SET NX PX / SET IFEQ / DELIFEQ against LOCK.ACQUIRE / EXTEND /
+# RELEASE on one server process, plain, with AOF and with a replica, and memory
+# per key, on every server. Writes bench/native.md and bench/native-raw.txt.
+if want native; then
+    server_args=()
+    for server in "${servers[@]}"; do server_args+=(--server "$server"); done
+    python3 "$ROOT/bench/native.py" "${server_args[@]}" \
+        --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
+        --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" &
     DRIVER=$!
     wait "$DRIVER" || status=1
     DRIVER=""
-done
+fi
 exit "$status"

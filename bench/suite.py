@@ -747,8 +747,8 @@ class Suite:
         p99 = gaps[min(len(gaps) - 1, int(len(gaps) * 0.99))]
         self.log("8 expiry handoff gaps (ms): %s" % " ".join("%.2f" % g for g in gaps))
         self.row("8. handoff on expiry, key untouched: holder's expiry to waiter's grant, p50 / p99 (ms)",
-                 "%.2f / %.2f (%d rounds)" % (p50, p99, len(gaps)), "—", "—", "p50 < 10",
-                 "yes" if p50 < 10 else "**NO**")
+                 "%.2f / %.2f (%d rounds)" % (p50, p99, len(gaps)), "—", "—", "p99 ≤ 1.5",
+                 "yes" if p99 <= 1.5 else "**NO**")
         self.notes.append(
             "8: %d rounds: a holder takes `LOCK.ACQUIRE key holder PX 30` and never releases; a second "
             "client waits with `BLOCK 2000`; the gap is the waiter's reply arrival (client clock) minus "
