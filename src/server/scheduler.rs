@@ -164,7 +164,8 @@ fn idle() -> bool {
 }
 
 fn stop_if_idle() {
-    if idle() && ARMED.with(Cell::get).is_some() {
+    let armed = ARMED.with(Cell::get).is_some() || WAKE_AT.with(Cell::get).is_some();
+    if idle() && armed {
         if let Some(ctx) = state::detached_context() {
             rearm(&ctx);
         }
@@ -217,7 +218,7 @@ pub fn unpark(ctx: &Context) {
 pub fn pending() -> (usize, usize) {
     (
         writes(|s| s.len()) + deadlines(|s| s.len()),
-        ARMED.with(|a| usize::from(a.get().is_some())),
+        usize::from(ARMED.with(Cell::get).is_some() || WAKE_AT.with(Cell::get).is_some()),
     )
 }
 
