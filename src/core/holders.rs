@@ -283,7 +283,12 @@ impl Holders {
     /// remembers it. `None` when a look is due no later than needed.
     pub fn look_needed(&self) -> Option<i64> {
         let earliest = self.earliest()?;
-        if Some(earliest) == self.latest() {
+        let all_end_together = match &self.body {
+            // Stops at the first lease that ends later: no full decode.
+            Body::Compact(c) => c.iter().all(|(_, h)| h.expire_at == earliest),
+            Body::Indexed(_) => Some(earliest) == self.latest(),
+        };
+        if all_end_together {
             // Every lease ends with the last one: the key's own TTL (the
             // latest lease) ends them all, as it ends an exclusive lock, and
             // a look per key would cost more memory than the key. Waiters

@@ -101,6 +101,13 @@ impl<'a> Reader<'a> {
 
     /// A varint in its shortest form, as [`put_varint`] writes it.
     fn varint(&mut self) -> Result<u64, Malformed> {
+        // Most fields (token lengths, lease-end steps) fit one byte.
+        if let Some((&b, rest)) = self.rest.split_first() {
+            if b < 0x80 {
+                self.rest = rest;
+                return Ok(u64::from(b));
+            }
+        }
         let mut n = 0u64;
         for (i, &b) in self.rest.iter().take(MAX_VARINT).enumerate() {
             let bits = u64::from(b & 0x7f);
