@@ -255,7 +255,7 @@ impl Holders {
     /// The last lease to end: the key's own expiry.
     pub fn latest(&self) -> Option<i64> {
         match &self.body {
-            Body::Compact(c) => c.iter().last().map(|(_, h)| h.expire_at),
+            Body::Compact(c) => c.last_expire_at(),
             Body::Indexed(x) => x.by_expiry.last_key_value().map(|((at, _), _)| *at),
         }
     }

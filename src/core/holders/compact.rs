@@ -250,27 +250,42 @@ impl Compact {
         self.iter().next()
     }
 
+    /// The last hold's lease end: the lease-end steps summed, tokens and
+    /// fences skipped.
+    pub fn last_expire_at(&self) -> Option<i64> {
+        let mut reader = Reader::new(self.stored());
+        let mut at = None;
+        while !reader.rest.is_empty() {
+            let end = reader.varint().ok()?;
+            reader.varint().ok()?;
+            let len = usize::try_from(reader.varint().ok()?).ok()?;
+            reader.rest = reader.rest.get(len..)?;
+            at = Some(at.unwrap_or(0i64).wrapping_add(end as i64));
+        }
+        at
+    }
+
     /// These holds without the one at `skip`, and with `add` at its place
     /// in the order.
     pub fn rebuilt(&self, skip: Option<usize>, add: Option<(&[u8], Hold)>) -> Compact {
-        Compact::build(&|f| {
-            let mut add = add;
-            for (i, (token, hold)) in self.iter().enumerate() {
-                if Some(i) == skip {
-                    continue;
-                }
-                if let Some((t, h)) = add {
-                    if (h.expire_at, h.fence) < (hold.expire_at, hold.fence) {
-                        f(t, h);
-                        add = None;
-                    }
-                }
-                f(token, hold);
+        // Decoded once: the new block is sized, counted and written from
+        // the list (each pass over the encoded bytes would decode them all).
+        let mut holds: Vec<(&[u8], Hold)> = Vec::with_capacity(self.len() + 1);
+        let mut add = add;
+        for (i, (token, hold)) in self.iter().enumerate() {
+            if Some(i) == skip {
+                continue;
             }
             if let Some((t, h)) = add {
-                f(t, h);
+                if (h.expire_at, h.fence) < (hold.expire_at, hold.fence) {
+                    holds.push((t, h));
+                    add = None;
+                }
             }
-        })
+            holds.push((token, hold));
+        }
+        holds.extend(add);
+        Compact::from_sorted(holds.iter().copied())
     }
 }
 
