@@ -465,6 +465,47 @@ fn a_lease_ends_with_nobody_waiting_and_the_replica_sees_it() {
     );
 }
 
+#[test]
+fn a_lone_holder_s_lease_ends_with_the_key_and_a_waiter_is_handed_it_on_time() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    // Nobody waits: the key's TTL, its one lease, ends it; nothing is scheduled.
+    let first = shared(&mut c, "one", "brief", 100);
+    assert_eq!(scheduled(&m), 0, "one lease: the key's TTL ends it");
+    wait_until("the lone lease to end", Duration::from_secs(5), || {
+        !exists(&mut c, "one")
+    });
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    assert_eq!(dbsize(&mut rc), 0, "the replica dropped the key too");
+    let (_, next) = grant(&mut c, "one", b"writer", 60_000);
+    assert!(next > first, "fence {next} after {first}");
+    release(&mut c, "one", b"writer");
+    // A writer waits behind a lone reader: handed the lock when the lease
+    // ends, never before, and within a few ms.
+    let reader = shared(&mut c, "solo", "reader", 300);
+    let ends_at = pexpiretime(&mut c, "solo");
+    let w = spawn_waiter_with(&m, "solo", "writer", 60_000, 20_000, &[]);
+    wait_waiters(&mut c, "solo", 1);
+    let (token, fence) = w.granted();
+    let granted_at = now_ms();
+    assert_eq!(token, b"writer");
+    assert!(fence > reader, "fence {fence} after {reader}");
+    assert!(
+        granted_at > ends_at,
+        "granted {} ms early",
+        ends_at - granted_at
+    );
+    assert!(
+        granted_at - ends_at < 100 * i64::from(time_scale()),
+        "granted {} ms late",
+        granted_at - ends_at
+    );
+    wait_replica_caught_up(&m, &r);
+    assert_eq!(digest(&mut c), digest(&mut rc));
+}
+
 fn scheduled(s: &Server) -> i64 {
     stat(s, "scheduled_jobs")
 }
