@@ -19,11 +19,13 @@ import argparse
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resp import encode, free_port  # noqa: E402
 
 TOKEN = "abcdefghijklmnopqrstuvwxyz012345"  # 32 bytes
 N = int(os.environ.get("BENCH_CALLGRIND_N", "20000"))
@@ -46,23 +48,8 @@ REPLY = ("reply", ["M_ReplyWithArray", "M_ReplyWithStringBuffer", "M_ReplyWithLo
                    "M_ReplyWithNull", "M_ReplyWithSimpleString"])
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def resp(args):
-    out = ["*%d\r\n" % len(args)]
-    for a in args:
-        out.append("$%d\r\n%s\r\n" % (len(a), a))
-    return "".join(out)
-
-
 def commands(template, n):
-    return "".join(resp([a.replace("%i", "%012d" % i) for a in template]) for i in range(n))
+    return b"".join(encode([a.replace("%i", "%012d" % i) for a in template]) for i in range(n))
 
 
 class Profiled:
@@ -88,7 +75,7 @@ class Profiled:
 
     def pipe(self, text):
         subprocess.run(["redis-cli", "-p", str(self.port), "--pipe"], input=text,
-                       capture_output=True, text=True, check=True)
+                       capture_output=True, check=True)
 
     def control(self, *args):
         subprocess.run(["callgrind_control"] + list(args) + [str(self.proc.pid)],

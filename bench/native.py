@@ -45,7 +45,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -54,7 +53,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from resp import Redis, RespError, encode  # noqa: E402
+from resp import Redis, RespError, encode, free_port  # noqa: E402
 
 REPS = max(1, int(os.environ.get("BENCH_NATIVE_REPS", "3")))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -100,14 +99,6 @@ _libc = ctypes.CDLL(None, use_errno=True)
 def _die_with_parent():
     # A server (or client) must not outlive this driver, however it ends.
     _libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def proc_cpu_s(pid):

@@ -7,6 +7,15 @@ contention driver: one request, one reply, errors raised as RespError.
 import socket
 
 
+def free_port():
+    """A free TCP port on the loopback address."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class RespError(Exception):
     """An error reply from the server."""
 

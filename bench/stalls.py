@@ -24,26 +24,17 @@ import argparse
 import multiprocessing
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from resp import Redis, encode  # noqa: E402
+from resp import Redis, encode, free_port  # noqa: E402
 
 # The acceptance margin: the module's worst stall may exceed the server's
 # own expiry of as many keys by at most this much.
 MARGIN_MS = 15.0
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Server:
