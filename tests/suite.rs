@@ -9,6 +9,8 @@
 mod common;
 
 mod acl;
+mod acl_categories;
+mod aof_orders;
 mod blocking;
 mod clients;
 mod cluster;

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod lock;
 pub mod numbers;
 pub mod record;
+pub mod release;
 pub mod schedule;
 pub mod settings;
 pub mod slot;

@@ -145,6 +145,16 @@ pub fn extend(call: &Call) -> Reply {
     Ok(RedisValue::Integer(1))
 }
 
+/// What `LOCK.INFO` shows for a token to a caller who may not write the key.
+const HIDDEN: &[u8] = b"(hidden)";
+
+fn shown_token(may_see: bool, token: &[u8]) -> &[u8] {
+    match may_see {
+        true => token,
+        false => HIDDEN,
+    }
+}
+
 pub fn info(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     args::parse_info(argv)?;
@@ -160,6 +170,10 @@ pub fn info(call: &Call) -> Reply {
         ));
     }
     let id = ffi::lock_id(ctx, argv[1]);
+    // Tokens are credentials: shown only to a caller who could release the
+    // lock with them (command rules and key patterns, as for LOCK.RELEASE).
+    let may_see = ffi::caller_may_run(ctx, &[b"lock.release", argv[1], b"*"]);
+    let shown = |token| shown_token(may_see, token);
     let now = ffi::now_ms();
     let ttl = key.ttl_ms().unwrap_or(-1);
     let waiters = Field::Int(waiting::count(ctx, argv[1]) as i64);
@@ -176,7 +190,7 @@ pub fn info(call: &Call) -> Reply {
         Held::Exclusive(lock) => {
             let client = ephemeral::client_of(&id, lock.token(), lock.fence()) as i64;
             let holder = [
-                ("token", Field::Bytes(lock.token())),
+                ("token", Field::Bytes(shown(lock.token()))),
                 ("fence", Field::Int(lock.fence() as i64)),
                 ("ttl", Field::Int(ttl)),
                 ("client", Field::Int(client)),
@@ -184,7 +198,7 @@ pub fn info(call: &Call) -> Reply {
             Ok(reply::fields(
                 ctx,
                 &[
-                    ("token", Field::Bytes(lock.token())),
+                    ("token", Field::Bytes(shown(lock.token()))),
                     ("fence", Field::Int(lock.fence() as i64)),
                     ("ttl", Field::Int(ttl)),
                     ("waiters", waiters),
@@ -202,7 +216,7 @@ pub fn info(call: &Call) -> Reply {
                 .map(|(token, x)| {
                     let client = ephemeral::client_of(&id, token, x.fence) as i64;
                     [
-                        ("token", Field::Bytes(token)),
+                        ("token", Field::Bytes(shown(token))),
                         ("fence", Field::Int(x.fence as i64)),
                         ("ttl", Field::Int(x.expire_at.saturating_sub(now))),
                         ("client", Field::Int(client)),

@@ -11,6 +11,7 @@ use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::limits;
 use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
 use crate::core::record::{Record, Stored};
+use crate::core::release;
 use crate::server::{catch_panic, ffi, locks, state, stats};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -39,8 +40,8 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Encoding version of the aux data (the fence clock).
-const CLOCK_ENCODING_VERSION: c_int = 1;
+/// The aux data written before version 2, which carried the fence clock only.
+const AUX_CLOCK_ONLY: u64 = 1;
 
 /// # Safety
 /// `value` must be a pointer Redis got from this type, i.e. a `Record`.
@@ -107,6 +108,18 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Opti
 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     catch_panic::callback(std::ptr::null_mut(), || {
+        if !(1..=ENCODING_VERSION).contains(&encver) {
+            ffi::log_io_warning(
+                rdb,
+                &format!(
+                    "redislock: cannot read a lock of encoding version {encver}: release {} \
+                     reads versions 1 to {ENCODING_VERSION}; load the redislock release that \
+                     wrote the data, or a newer one",
+                    release::VERSION
+                ),
+            );
+            return std::ptr::null_mut();
+        }
         let fields = (|| {
             let mode = raw::load_unsigned(rdb).ok()?;
             match Mode::from_code(mode)? {
@@ -245,13 +258,29 @@ unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c
     })
 }
 
+/// The log line of a file written by a newer release, read before any key.
+fn newer_file(version: u64, writer: Option<u64>) -> String {
+    let by = writer.map_or("a newer release".to_string(), |n| {
+        format!("release {}", release::name(n))
+    });
+    format!(
+        "redislock: this data was written by {by} (module data version {version}); release {} \
+         reads versions up to {}: load redislock {} or newer on this server (upgrade replicas \
+         before their master)",
+        release::VERSION,
+        release::AUX_VERSION,
+        writer.map_or("the release that wrote it".to_string(), release::name),
+    )
+}
+
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     catch_panic::callback((), || {
         if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
             return;
         }
         let clock = state::with_clock(|c| *c);
-        raw::save_unsigned(rdb, CLOCK_ENCODING_VERSION as u64);
+        raw::save_unsigned(rdb, release::AUX_VERSION);
+        raw::save_unsigned(rdb, release::NUMBER as u64);
         raw::save_unsigned(rdb, clock.epoch);
         raw::save_unsigned(rdb, clock.high_water);
     })
@@ -264,8 +293,14 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when
         }
         let saved = (|| {
             let version = raw::load_unsigned(rdb).ok()?;
-            if version != CLOCK_ENCODING_VERSION as u64 {
+            if version > release::AUX_VERSION {
+                // Every later version starts with the release that wrote it.
+                let writer = raw::load_unsigned(rdb).ok();
+                ffi::log_io_warning(rdb, &newer_file(version, writer));
                 return None;
+            }
+            if version > AUX_CLOCK_ONLY {
+                let _writer = raw::load_unsigned(rdb).ok()?;
             }
             let epoch = raw::load_unsigned(rdb).ok()?;
             let high_water = raw::load_unsigned(rdb).ok()?;

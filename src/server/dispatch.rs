@@ -65,10 +65,13 @@ fn dispatch(
         HOLD_TOKEN => effects::hold_token_at(argc as usize) as c_int,
         at => at,
     };
-    if token_at > 0 && token_at < argc {
+    if token_at > 0 && token_at < argc && !ffi::loading(&ctx) {
         // Tokens are credentials: keep them out of SLOWLOG and MONITOR. Only
         // once the handler is done with the arguments: some servers (Valkey)
-        // replace the argument itself, not a copy kept for the logs.
+        // replace the argument itself, not a copy kept for the logs. Never
+        // while loading: the AOF loader's client keeps the redacted copy of
+        // an earlier, shorter command, which redaction would index past its
+        // end (and nothing is logged while loading).
         ffi::redact_arg(&ctx, token_at);
     }
     status
@@ -102,12 +105,16 @@ struct Command {
     flags: &'static CStr,
     keys: (c_int, c_int, c_int),
     doc: Option<&'static Doc>,
+    /// ACL categories, where the server lets a module set them; every
+    /// command is also in `@redislock` where modules may add categories.
+    acl: &'static CStr,
 }
 
 const fn command(
     name: &'static CStr,
     entry: ffi::CommandCallback,
     flags: &'static CStr,
+    acl: &'static CStr,
     doc: Option<&'static Doc>,
 ) -> Command {
     Command {
@@ -116,8 +123,16 @@ const fn command(
         flags,
         keys: (1, 1, 1),
         doc,
+        acl,
     }
 }
+
+/// The internal commands (effects from the master link and the AOF) write.
+const INTERNAL: &CStr = c"write slow";
+
+/// The category every command of the module is in, where the server lets
+/// modules define categories.
+const MODULE_CATEGORY: &CStr = c"redislock";
 
 fn commands() -> [Command; 10] {
     [
@@ -126,6 +141,7 @@ fn commands() -> [Command; 10] {
             c"lock.acquire",
             entry!(commands::acquire, 2, true),
             c"write deny-oom",
+            c"write blocking slow",
             Some(&docs::ACQUIRE),
         ),
         // Free memory or change nothing: never refused for memory.
@@ -133,18 +149,21 @@ fn commands() -> [Command; 10] {
             c"lock.release",
             entry!(commands::release, 2, true),
             c"write",
+            c"write fast",
             Some(&docs::RELEASE),
         ),
         command(
             c"lock.extend",
             entry!(commands::extend, 2, true),
             c"write",
+            c"write fast",
             Some(&docs::EXTEND),
         ),
         command(
             c"lock.info",
             entry!(commands::info, 0),
-            c"readonly fast",
+            c"readonly",
+            c"read slow",
             Some(&docs::INFO),
         ),
         // Guarded writes: the inner command is checked and refused for
@@ -153,12 +172,14 @@ fn commands() -> [Command; 10] {
             c"lock.call",
             entry!(guarded::call, 2, true),
             c"write",
+            c"write slow",
             Some(&docs::CALL),
         ),
         command(
             c"lock.fence",
             entry!(guarded::fence, 0, true),
             c"write",
+            c"write slow",
             Some(&docs::FENCE),
         ),
         // Internal: effects replayed from the master link and the AOF.
@@ -166,18 +187,32 @@ fn commands() -> [Command; 10] {
             c"lock._gate",
             entry!(guarded::apply_gate, 0),
             c"write",
+            INTERNAL,
             None,
         ),
-        command(c"lock._apply", entry!(commands::apply, 2), c"write", None),
+        command(
+            c"lock._apply",
+            entry!(commands::apply, 2),
+            c"write",
+            INTERNAL,
+            None,
+        ),
         command(
             c"lock._hold",
             entry!(commands::apply_hold, HOLD_TOKEN),
             c"write",
+            INTERNAL,
             None,
         ),
         Command {
             keys: (0, 0, 0),
-            ..command(c"lock._epoch", entry!(commands::epoch, 0), c"write", None)
+            ..command(
+                c"lock._epoch",
+                entry!(commands::epoch, 0),
+                c"write",
+                INTERNAL,
+                None,
+            )
         },
     ]
 }
@@ -187,6 +222,32 @@ pub fn register(ctx: &Context) -> bool {
     commands().iter().all(|c| {
         let (first, last, step) = c.keys;
         ffi::create_command(ctx, c.name, c.entry, c.flags, first, last, step)
+    })
+}
+
+/// Puts every command in its ACL categories where the server allows it
+/// (Redis 7.2+, Valkey 8+), and in `@redislock` where modules may define
+/// categories (Redis 7.4+, Valkey 8+); after `register`, during the load. False if Redis refused one.
+pub fn register_categories(ctx: &Context) -> bool {
+    let own = match ffi::add_category(ctx, MODULE_CATEGORY) {
+        Some(false) => return false,
+        Some(true) => true,
+        None => false,
+    };
+    if !ffi::has_command_categories() {
+        return true;
+    }
+    commands().iter().all(|c| {
+        let categories = match own {
+            true => format!(
+                "{} {}",
+                c.acl.to_string_lossy(),
+                MODULE_CATEGORY.to_string_lossy()
+            ),
+            false => c.acl.to_string_lossy().into_owned(),
+        };
+        let categories = std::ffi::CString::new(categories).unwrap_or_default();
+        ffi::set_command_categories(ctx, c.name, &categories) == Some(true)
     })
 }
 

@@ -5,6 +5,8 @@ use std::ffi::c_int;
 
 use redis_module::raw;
 
+use crate::core::lock::ENCODING_VERSION;
+use crate::core::release;
 use crate::server::{catch_panic, ephemeral, scheduler, stats, waiting};
 
 /// `INFO redislock`.
@@ -14,6 +16,15 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         let int = |name: &str, value: i64| {
             raw::add_info_field_long_long(ctx, name, value);
         };
+        let text = |name: &str, value: &str| {
+            raw::add_info_field_str(ctx, name, value);
+        };
+        // The release, and the encodings of lock records and of the RDB
+        // aux data this build reads (all up to the one it writes).
+        text("version", release::VERSION);
+        int("rdb_encoding", i64::from(ENCODING_VERSION));
+        text("rdb_encodings_read", &format!("1-{ENCODING_VERSION}"));
+        int("rdb_aux_encoding", release::AUX_VERSION as i64);
         int("locks", crate::core::record::live().max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);

@@ -49,6 +49,10 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("could not register the commands");
         return Status::Err;
     }
+    if !dispatch::register_categories(ctx) {
+        ctx.log_warning("could not set the commands' ACL categories");
+        return Status::Err;
+    }
     state::set_detached_context(ffi::detached_context(ctx));
     scheduler::set_runner(&locks::RUNNER);
     if !stats::subscribe(ctx) || !events::subscribe(ctx) {
@@ -66,7 +70,7 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
 
 redis_module! {
     name: "redislock",
-    version: 1,
+    version: crate::core::release::NUMBER,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
     data_types: [LOCK_TYPE],
     init: init,

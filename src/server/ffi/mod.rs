@@ -6,6 +6,7 @@
 //! values and strings it hands to them) and in the registration of the
 //! command docs (`command_docs.rs`).
 
+mod acl;
 mod blocking;
 mod call;
 mod events;
@@ -14,6 +15,7 @@ mod key;
 mod propagate;
 mod timer;
 
+pub use acl::*;
 pub use blocking::*;
 pub use call::*;
 pub use events::*;
@@ -37,6 +39,14 @@ pub fn from_master_or_aof(ctx: &Context) -> bool {
     use redis_module::ContextFlags;
     let flags = ctx.get_flags();
     flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
+}
+
+/// Whether the server is loading its data (startup, AOF replay, a full
+/// sync, `DEBUG RELOAD`).
+pub fn loading(ctx: &Context) -> bool {
+    use redis_module::ContextFlags;
+    let flags = ctx.get_flags();
+    flags.contains(ContextFlags::LOADING) || flags.contains(ContextFlags::ASYNC_LOADING)
 }
 
 /// The database the context works on.
