@@ -47,9 +47,13 @@ test-clients: build
 		REDISLOCK_SKIP_TYPECHECK=1 scripts/client-tests.sh "$$server" || exit 1; \
 	done
 
+# The fuzz crate (fuzz/, its own workspace and target directory) is checked too, so that a change
+# of the core's API cannot leave it behind.
 lint:
 	$(CARGO) fmt --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
+	$(CARGO) check --manifest-path fuzz/Cargo.toml --all-targets
 
 clean:
 	$(CARGO) clean

@@ -4,8 +4,9 @@
 #   1. torture     tests/torture.rs for STRESS_TORTURE_SECS (default 240) with
 #                  STRESS_TORTURE_WORKERS clients (default 16): mutual exclusion, fences, fairness;
 #                  then at its short length on the other servers of the matrix
-#   2. fuzz        the fuzz/ targets (args, record, fence): the seeded random driver for
-#                  STRESS_FUZZ_ITERS cases each (default 2000000), then libFuzzer through
+#   2. fuzz        the fuzz/ targets (args, record, fence, holders): the seeded random driver
+#                  for STRESS_FUZZ_ITERS cases each (default 2000000) or STRESS_FUZZ_DRIVER_SECS
+#                  seconds each (default 60), whichever ends first, then libFuzzer through
 #                  cargo-fuzz for STRESS_FUZZ_SECS each (default 45; 0 skips it)
 #   3. commands    tests/fuzz_commands.rs with STRESS_COMMAND_CASES cases (default 100000),
 #                  then tests/restore_fuzz.rs with STRESS_RESTORE_CASES mutated DUMP payloads
@@ -31,7 +32,9 @@ ln -sfn "$stamp" "$root/stress/logs/latest"
 TORTURE_SECS=${STRESS_TORTURE_SECS:-240}
 TORTURE_WORKERS=${STRESS_TORTURE_WORKERS:-16}
 FUZZ_ITERS=${STRESS_FUZZ_ITERS:-2000000}
+FUZZ_DRIVER_SECS=${STRESS_FUZZ_DRIVER_SECS:-60}
 FUZZ_SECS=${STRESS_FUZZ_SECS:-45}
+FUZZ_TARGETS="args record fence holders"
 COMMAND_CASES=${STRESS_COMMAND_CASES:-100000}
 RESTORE_CASES=${STRESS_RESTORE_CASES:-200000}
 VALGRIND=${STRESS_VALGRIND:-1}
@@ -87,18 +90,23 @@ for server in $(scripts/servers.sh --others 2>/dev/null); do
 done
 
 # 2. Fuzz targets -------------------------------------------------------------------------
-note "fuzz targets: random driver, $FUZZ_ITERS cases each"
+note "fuzz targets: random driver, $FUZZ_ITERS cases or ${FUZZ_DRIVER_SECS}s each"
 t0=$(date +%s)
 if ! (cd fuzz && cargo build --release >"$logs/fuzz-build.log" 2>&1); then
     tail -20 "$logs/fuzz-build.log"
     fail "fuzz crate does not build; see $logs/fuzz-build.log"
 else
-    for t in args record fence; do
-        fuzz/target/release/$t --iterations "$FUZZ_ITERS" --seed "$SEED" >"$logs/fuzz-driver-$t.log" 2>&1
+    for t in $FUZZ_TARGETS; do
+        # The driver stops itself between cases; the timeout catches a case that never ends.
+        timeout --kill-after=10 $((FUZZ_DRIVER_SECS + 120)) fuzz/target/release/$t \
+            --iterations "$FUZZ_ITERS" --secs "$FUZZ_DRIVER_SECS" --seed "$SEED" \
+            >"$logs/fuzz-driver-$t.log" 2>&1
         rc=$?
         grep -h "^FUZZ-DRIVER-SUMMARY" "$logs/fuzz-driver-$t.log" || tail -5 "$logs/fuzz-driver-$t.log"
         cases=$(field FUZZ-DRIVER-SUMMARY "$logs/fuzz-driver-$t.log" cases)
-        if [ $rc -eq 0 ]; then
+        if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+            fail "fuzz driver $t: a case did not end (timed out); see $logs/fuzz-driver-$t.log"
+        elif [ $rc -eq 0 ]; then
             result "fuzz driver $t: ${cases:-0} cases, 0 failures"
         else
             fail "fuzz driver $t: $(field FUZZ-DRIVER-SUMMARY "$logs/fuzz-driver-$t.log" failures) failing inputs; see $logs/fuzz-driver-$t.log"
@@ -113,11 +121,12 @@ if [ "$FUZZ_SECS" != 0 ]; then
     fi
     if cargo fuzz --version >/dev/null 2>&1; then
         note "fuzz targets: libFuzzer, ${FUZZ_SECS}s each"
-        for t in args record fence; do
+        for t in $FUZZ_TARGETS; do
             mkdir -p "fuzz/corpus/$t"
-            # RUSTC_BOOTSTRAP lets a stable toolchain take cargo-fuzz's -Z flags.
+            # RUSTC_BOOTSTRAP lets a stable toolchain take cargo-fuzz's -Z flags. -timeout: an
+            # input that runs for seconds is a finding, and keeps the run within its time.
             RUSTC_BOOTSTRAP=1 cargo fuzz run --fuzz-dir fuzz "$t" -- \
-                -max_total_time="$FUZZ_SECS" -seed="$SEED" -print_final_stats=1 \
+                -max_total_time="$FUZZ_SECS" -timeout=10 -seed="$SEED" -print_final_stats=1 \
                 >"$logs/libfuzzer-$t.log" 2>&1
             rc=$?
             runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/libfuzzer-$t.log" | tail -1)

@@ -9,5 +9,5 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
 
 #[cfg(not(fuzzing))]
 fn main() {
-    redislock_fuzz::driver::main("args", redislock_fuzz::args, redislock_fuzz::gen::args);
+    redislock_fuzz::driver::main("args", redislock_fuzz::args, redislock_fuzz::inputs::args);
 }

@@ -9,5 +9,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
 
 #[cfg(not(fuzzing))]
 fn main() {
-    redislock_fuzz::driver::main("fence", redislock_fuzz::fence, redislock_fuzz::gen::fence);
+    redislock_fuzz::driver::main(
+        "fence",
+        redislock_fuzz::fence,
+        redislock_fuzz::inputs::fence,
+    );
 }

@@ -12,6 +12,6 @@ fn main() {
     redislock_fuzz::driver::main(
         "record",
         redislock_fuzz::record,
-        redislock_fuzz::gen::record,
+        redislock_fuzz::inputs::record,
     );
 }
