@@ -28,7 +28,7 @@ const SETTLE: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------------
 
 /// Hash slot of a key, as Redis Cluster computes it (CRC16/XMODEM of the key or its `{tag}`).
-fn key_slot(key: &str) -> u16 {
+pub(crate) fn key_slot(key: &str) -> u16 {
     let bytes = key.as_bytes();
     let mut hashed = bytes;
     if let Some(open) = bytes.iter().position(|&b| b == b'{') {
@@ -54,7 +54,7 @@ fn key_slot(key: &str) -> u16 {
 
 /// One line of `CLUSTER NODES`.
 #[derive(Clone, Debug)]
-struct NodeLine {
+pub(crate) struct NodeLine {
     id: String,
     flags: String,
     /// The master's id for a replica, `-` for a master.
@@ -64,7 +64,7 @@ struct NodeLine {
 }
 
 impl NodeLine {
-    fn is_master(&self) -> bool {
+    pub(crate) fn is_master(&self) -> bool {
         self.flags.split(',').any(|f| f == "master")
     }
 
@@ -100,7 +100,7 @@ fn parse_nodes(text: &str) -> Vec<NodeLine> {
 }
 
 /// A connection to 127.0.0.1:`port` with the harness's timeouts.
-fn conn_to(port: u16) -> Connection {
+pub(crate) fn conn_to(port: u16) -> Connection {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let con = client
         .get_connection_with_timeout(Duration::from_secs(5) * time_scale())
@@ -112,7 +112,7 @@ fn conn_to(port: u16) -> Connection {
     con
 }
 
-fn text(v: &Value) -> String {
+pub(crate) fn text(v: &Value) -> String {
     String::from_utf8_lossy(&as_bytes(v)).into_owned()
 }
 
@@ -123,7 +123,7 @@ type Hop = (String, u16, u16);
 type NodeSummary = (bool, String, Vec<(u16, u16)>);
 
 /// A redirect reply: `(kind, slot, port)` for `MOVED slot 127.0.0.1:port` / `ASK …`.
-fn redirect(e: &RedisError) -> Option<Hop> {
+pub(crate) fn redirect(e: &RedisError) -> Option<Hop> {
     let code = e.code()?;
     if code != "MOVED" && code != "ASK" {
         return None;
@@ -177,13 +177,13 @@ fn output_within(mut cmd: Command, limit: Duration) -> Result<Output, String> {
 }
 
 /// A cluster of `masters` masters with `replicas` replicas each, every node loading the module.
-struct Cluster {
-    nodes: Vec<Server>,
-    ids: Vec<String>,
+pub(crate) struct Cluster {
+    pub(crate) nodes: Vec<Server>,
+    pub(crate) ids: Vec<String>,
 }
 
 impl Cluster {
-    fn start(masters: usize, replicas: usize) -> Cluster {
+    pub(crate) fn start(masters: usize, replicas: usize) -> Cluster {
         let total = masters * (1 + replicas);
         let nodes: Vec<Server> = (0..total)
             .map(|_| {
@@ -225,7 +225,7 @@ impl Cluster {
     }
 
     /// Node `i`'s `CLUSTER NODES`, in the order of `self.nodes`.
-    fn view(&self, i: usize) -> Vec<NodeLine> {
+    pub(crate) fn view(&self, i: usize) -> Vec<NodeLine> {
         self.try_view(i)
             .unwrap_or_else(|raw| panic!("node {i} does not know every node:\n{raw}"))
     }
@@ -249,12 +249,12 @@ impl Cluster {
     }
 
     /// Index of the master serving `slot` (all nodes agree once `wait_stable` returned).
-    fn owner(&self, slot: u16) -> usize {
+    pub(crate) fn owner(&self, slot: u16) -> usize {
         self.owner_seen_by(0, slot)
             .unwrap_or_else(|| panic!("nobody serves slot {slot}"))
     }
 
-    fn masters(&self) -> Vec<usize> {
+    pub(crate) fn masters(&self) -> Vec<usize> {
         self.view(0)
             .iter()
             .enumerate()
@@ -264,7 +264,7 @@ impl Cluster {
     }
 
     /// Replicas of master `m`.
-    fn replicas_of(&self, m: usize) -> Vec<usize> {
+    pub(crate) fn replicas_of(&self, m: usize) -> Vec<usize> {
         self.view(m)
             .iter()
             .enumerate()
@@ -280,7 +280,7 @@ impl Cluster {
 
     /// Waits until every node says `cluster_state:ok` and all nodes agree on who serves every
     /// slot and who replicates whom.
-    fn wait_stable(&self) {
+    pub(crate) fn wait_stable(&self) {
         let deadline = Instant::now() + SETTLE * time_scale();
         loop {
             let all_ok = (0..self.nodes.len()).all(|i| self.cluster_state_ok(i));
@@ -309,24 +309,28 @@ impl Cluster {
 }
 
 /// Plain connections to the nodes, following `MOVED` and `ASK` redirects by hand.
-struct Router {
+pub(crate) struct Router {
     cons: HashMap<u16, Connection>,
 }
 
 impl Router {
-    fn new() -> Router {
+    pub(crate) fn new() -> Router {
         Router {
             cons: HashMap::new(),
         }
     }
 
-    fn con(&mut self, port: u16) -> &mut Connection {
+    pub(crate) fn con(&mut self, port: u16) -> &mut Connection {
         self.cons.entry(port).or_insert_with(|| conn_to(port))
     }
 
     /// Sends `cmd` to `first` and follows up to 5 redirects. Returns the reply (errors other
     /// than redirects as `Err`) and the redirects taken.
-    fn send(&mut self, first: u16, cmd: &redis::Cmd) -> (Result<Value, RedisError>, Vec<Hop>) {
+    pub(crate) fn send(
+        &mut self,
+        first: u16,
+        cmd: &redis::Cmd,
+    ) -> (Result<Value, RedisError>, Vec<Hop>) {
         let mut port = first;
         let mut asking = false;
         let mut hops = Vec::new();
@@ -351,7 +355,7 @@ impl Router {
     }
 
     /// `send` that must succeed.
-    fn ok(&mut self, first: u16, cmd: &redis::Cmd) -> Value {
+    pub(crate) fn ok(&mut self, first: u16, cmd: &redis::Cmd) -> Value {
         let (r, hops) = self.send(first, cmd);
         r.unwrap_or_else(|e| panic!("{} failed after {hops:?}: {e}", describe(cmd)))
     }
@@ -378,7 +382,7 @@ fn moved(port: u16, cmd: &redis::Cmd) -> (u16, u16) {
 }
 
 /// One key `{prefix}N` per master with slots: `(master index, key)`.
-fn key_per_master(cluster: &Cluster, prefix: &str) -> Vec<(usize, String)> {
+pub(crate) fn key_per_master(cluster: &Cluster, prefix: &str) -> Vec<(usize, String)> {
     let mut out: Vec<(usize, String)> = Vec::new();
     for m in cluster.masters() {
         let key = (0..)

@@ -27,6 +27,7 @@ mod persistence;
 mod redaction;
 mod redlock;
 mod replication;
+mod resharding;
 mod resources;
 mod restore_fuzz;
 mod server_states;

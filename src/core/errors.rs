@@ -60,6 +60,8 @@ pub enum LockError {
     NoPermission(String),
     /// A key of the inner command outside the lock's (or gate's) slot.
     CrossSlot,
+    /// A slot migration splits the guard's keys between two nodes.
+    SlotSplit,
     /// A lock command on a fence gate, or `LOCK.FENCE` on a lock.
     GateNotLock,
     LockNotGate,
@@ -112,6 +114,7 @@ impl fmt::Display for LockError {
             CannotCall(cmd) => write!(f, "ERR '{cmd}' cannot run inside LOCK.CALL or LOCK.FENCE"),
             ReplyNotForwarded(cmd) => write!(f, "ERR the reply of '{cmd}' could not be passed on by LOCK.CALL or LOCK.FENCE"),
             NoPermission(cmd) => write!(f, "NOPERM this user has no permissions to run the '{cmd}' command or to access one of its keys"),
+            SlotSplit => f.write_str("TRYAGAIN Multiple keys request during rehashing of slot"),
             CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
@@ -188,6 +191,7 @@ mod tests {
             .to_string()
             .starts_with("ERR "));
         assert!(LockError::SlotMoved.to_string().starts_with("TRYAGAIN "));
+        assert!(LockError::SlotSplit.to_string().starts_with("TRYAGAIN "));
         assert!(LockError::ReadOnly.to_string().starts_with("READONLY "));
     }
 }

@@ -77,7 +77,8 @@ pub fn fence(call: &Call) -> Reply {
 }
 
 /// Refuses what must not run inside a guard: the module's own commands, and
-/// in Cluster any key outside the guard key's slot.
+/// in Cluster any key outside the guard key's slot, or not served here while
+/// the slot migrates.
 fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
     let command = call.argv[at];
     if command.len() >= 5 && command[..5].eq_ignore_ascii_case(b"lock.") || may_block(call, command)
@@ -103,6 +104,17 @@ fn check_command(call: &Call, at: usize) -> Result<(), LockError> {
             .any(|k| slot::key_slot(k) != home)
         {
             return Err(LockError::CrossSlot);
+        }
+        // While the slot migrates, the guard key and the inner command's
+        // keys may sit on two nodes: the command must not run here (it would
+        // write a key that still lives on the other node), but be retried.
+        let raw = call.raw_args();
+        let mut served: Vec<_> = vec![raw[1]];
+        if !command.eq_ignore_ascii_case(b"spublish") {
+            served.extend(keys.iter().filter_map(|&p| raw.get(at + p)));
+        }
+        if !ffi::keys_served_here(call.ctx, &served) {
+            return Err(LockError::SlotSplit);
         }
     }
     Ok(())

@@ -193,3 +193,36 @@ pub fn is_connection(id: u64) -> bool {
             == raw::REDISMODULE_OK as c_int
     }
 }
+
+/// Whether every key in `keys` is served by this node for the current call,
+/// as Redis decides for a multi-key command (its own routing check, with the
+/// caller's `ASKING`): false while a slot migration splits them between two
+/// nodes (some moved, some not yet), where Redis would answer `TRYAGAIN` or
+/// `ASK`. Asks by calling `EXISTS` on them, which runs nothing if refused.
+pub fn keys_served_here(ctx: &Context, keys: &[*mut raw::RedisModuleString]) -> bool {
+    if keys.is_empty() {
+        return true;
+    }
+    // SAFETY: `ctx` is a command's context; `keys` are live strings of the
+    // current command; the format "v" takes an array of strings and its
+    // length; errno is read right after the call that set it.
+    let (ptr, refused) = unsafe {
+        let ptr = raw::RedisModule_Call.unwrap()(
+            ctx.ctx,
+            c"EXISTS".as_ptr(),
+            c"v".as_ptr(),
+            keys.as_ptr(),
+            keys.len(),
+        );
+        // The refusal of a non-local key: EPERM (EACCES on older servers).
+        let errno = *libc::__errno_location();
+        (
+            ptr,
+            ptr.is_null() && (errno == libc::EPERM || errno == libc::EACCES),
+        )
+    };
+    if !ptr.is_null() {
+        drop(CallReply { ptr, ctx: ctx.ctx });
+    }
+    !refused
+}

@@ -1,0 +1,161 @@
+//! Resharding with guarded writes and fences (SPEC "Operations"): while `MIGRATE` moves a slot's
+//! keys in batches, a guard (`LOCK.CALL`, `LOCK.FENCE`) whose keys the migration splits between
+//! the two nodes runs nothing and answers `TRYAGAIN`, on either node; once the slot has moved,
+//! the guards work on the new node with every write kept, and the new node's fences exceed every
+//! fence granted for the slot's names before the move.
+
+use crate::cluster::{key_slot, Cluster, Router};
+use crate::common::*;
+use redis::{Connection, Value};
+
+const SPLIT: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
+
+/// The slot of `tag` moving from its owner to another master, keys moved by hand.
+struct Move {
+    slot: u16,
+    src: usize,
+    dst: usize,
+    sp: u16,
+    dp: u16,
+}
+
+impl Move {
+    fn start(c: &Cluster, tag: &str) -> Move {
+        let slot = key_slot(tag);
+        let src = c.owner(slot);
+        let dst = *c.masters().iter().find(|&&m| m != src).unwrap();
+        Move {
+            slot,
+            src,
+            dst,
+            sp: c.nodes[src].port(),
+            dp: c.nodes[dst].port(),
+        }
+    }
+
+    fn begin(&self, c: &Cluster) {
+        let (src_id, dst_id) = (&c.ids[self.src], &c.ids[self.dst]);
+        let mut dc = c.nodes[self.dst].conn();
+        let mut sc = c.nodes[self.src].conn();
+        ok(
+            &mut dc,
+            &rcmd!("CLUSTER", "SETSLOT", self.slot, "IMPORTING", src_id),
+        );
+        ok(
+            &mut sc,
+            &rcmd!("CLUSTER", "SETSLOT", self.slot, "MIGRATING", dst_id),
+        );
+    }
+
+    fn migrate(&self, c: &Cluster, keys: &[&str]) {
+        let mut cmd = rcmd!("MIGRATE", "127.0.0.1", self.dp, "", 0, 5_000, "KEYS");
+        for k in keys {
+            cmd.arg(*k);
+        }
+        assert_eq!(ok(&mut c.nodes[self.src].conn(), &cmd), Value::Okay);
+    }
+
+    /// `CLUSTER SETSLOT … NODE` on both nodes, as `redis-cli --cluster reshard` ends a slot.
+    fn finish(&self, c: &Cluster) {
+        let dst_id = &c.ids[self.dst];
+        for n in [self.dst, self.src] {
+            let mut con = c.nodes[n].conn();
+            ok(
+                &mut con,
+                &rcmd!("CLUSTER", "SETSLOT", self.slot, "NODE", dst_id),
+            );
+        }
+        c.wait_stable();
+    }
+}
+
+/// `cmd` on `con` after `ASKING`, as a client following `ASK` sends it.
+fn asking(con: &mut Connection, cmd: &redis::Cmd) -> Result<Value, String> {
+    assert_eq!(ok(con, &rcmd!("ASKING")), Value::Okay);
+    cmd.query::<Value>(con).map_err(|e| err_text(&e))
+}
+
+#[test]
+fn guards_split_by_a_migration_run_nothing_and_answer_tryagain() {
+    let c = Cluster::start(3, 0);
+    let m = Move::start(&c, "{f}");
+    let mut sc = c.nodes[m.src].conn();
+    let mut dc = c.nodes[m.dst].conn();
+    let (_, fence) = grant(&mut sc, "{f}lock", b"w1", 60_000);
+    grant(&mut sc, "{f}lock2", b"w2", 60_000);
+    for (k, v) in [
+        ("{f}d2", "5"),
+        ("{f}d3", "x"),
+        ("{f}d4", "1"),
+        ("{f}d5", "7"),
+    ] {
+        ok(&mut sc, &rcmd!("SET", k, v));
+    }
+    ok(
+        &mut sc,
+        &rcmd!("LOCK.FENCE", "{f}gate", fence, "SET", "{f}d5", "8"),
+    );
+    m.begin(&c);
+
+    // The lock and the gate move first, their data not yet.
+    m.migrate(&c, &["{f}lock", "{f}gate"]);
+    let guarded = [
+        rcmd!("LOCK.CALL", "{f}lock", "w1", "INCRBY", "{f}d2", 10),
+        rcmd!("LOCK.CALL", "{f}lock", "w1", "APPEND", "{f}d3", "y"),
+        rcmd!("LOCK.FENCE", "{f}gate", fence + 1, "INCRBY", "{f}d5", 1),
+    ];
+    for cmd in &guarded {
+        // The source no longer has the guard key: Redis sends the client to the target.
+        let e = err(&mut sc, cmd);
+        assert_eq!(
+            e,
+            format!("ASK {} 127.0.0.1:{}", m.slot, m.dp),
+            "{}",
+            describe(cmd)
+        );
+        // The target has the guard key but not the data: it must not write the data there.
+        assert_eq!(
+            asking(&mut dc, cmd),
+            Err(SPLIT.to_string()),
+            "{}",
+            describe(cmd)
+        );
+    }
+    for k in ["{f}d2", "{f}d3"] {
+        assert_eq!(
+            asking(&mut dc, &rcmd!("EXISTS", k)),
+            Ok(Value::Int(0)),
+            "{k}"
+        );
+    }
+    let gate = field_pairs(&asking(&mut dc, &rcmd!("LOCK.INFO", "{f}gate")).unwrap());
+    let highest = gate
+        .iter()
+        .find(|(k, _)| k == b"fence")
+        .map(|(_, v)| as_int(v));
+    assert_eq!(
+        highest,
+        Some(fence),
+        "a refused LOCK.FENCE leaves the gate as it was"
+    );
+
+    // The reverse split: data moved, its lock not yet. The source answers TRYAGAIN, not an error
+    // a client would not retry, and runs nothing.
+    m.migrate(&c, &["{f}d4"]);
+    let cmd = rcmd!("LOCK.CALL", "{f}lock2", "w2", "INCRBY", "{f}d4", 1);
+    assert_eq!(err(&mut sc, &cmd), SPLIT, "{}", describe(&cmd));
+
+    // A client that retries gets through once every key has moved, and nothing was lost.
+    m.migrate(&c, &["{f}lock2", "{f}d2", "{f}d3", "{f}d5"]);
+    m.finish(&c);
+    let mut router = Router::new();
+    assert_eq!(as_int(&router.ok(m.sp, &guarded[0])), 15);
+    assert_eq!(as_int(&router.ok(m.sp, &guarded[1])), 2);
+    assert_eq!(as_int(&router.ok(m.sp, &guarded[2])), 9);
+    assert_eq!(as_int(&router.ok(m.sp, &cmd)), 2);
+    assert_eq!(
+        as_bytes(&ok(&mut dc, &rcmd!("GET", "{f}d3"))),
+        b"xy".to_vec()
+    );
+    assert_eq!(as_int(&ok(&mut sc, &rcmd!("DBSIZE"))), 0);
+}

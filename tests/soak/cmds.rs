@@ -1,0 +1,339 @@
+//! Client commands: run one on a slot, and judge its reply against the model. Each judge is a
+//! pure function of the key's state in the model; when a stall let a lease end or a deadline
+//! pass while the command was on its way, the key is judged again with those ended first.
+
+use crate::common::*;
+
+use super::model::{refusal_text, Decision, Hold, Lock, Ms, Span, Waiter, Want};
+use super::pick::{self, counter_of, gate_of, value_of, Cmd, Draws, Inner};
+use super::slots::Reply;
+use super::{Soak, R, SERVES_WHEN_A_WAITER_LEAVES};
+
+/// What a judged reply does to the key in the model.
+enum Effect {
+    Nothing,
+    Grant(Hold),
+    Regrant { token: Vec<u8>, lease: Span, client: i64 },
+    Queue(Waiter),
+    Release(Vec<u8>),
+    Extend(Vec<u8>, Span),
+    DeleteAll,
+    /// A guard ran its inner command.
+    Guarded,
+}
+
+fn expect(reply: &Reply, want: &Reply, what: &str) -> R<Effect> {
+    if reply == want {
+        Ok(Effect::Nothing)
+    } else {
+        Err(format!("{what}: answered {reply}, expected {want}"))
+    }
+}
+
+fn is_generated(token: &[u8]) -> bool {
+    token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The reply the inner command of a guard gives, from the data keys in the model.
+fn inner_reply(soak: &Soak, key: &str, inner: Inner) -> Reply {
+    match inner {
+        Inner::Incr => Reply::Int(soak.model.counters.get(&counter_of(key)).unwrap_or(&0) + 1),
+        Inner::Set(_) => Reply::Status("OK".into()),
+        Inner::Get => match soak.model.values.get(&value_of(key)) {
+            Some(v) => Reply::Bulk(v.clone()),
+            None => Reply::Nil,
+        },
+    }
+}
+
+impl Soak {
+    pub fn command(&mut self, d: &mut Draws) -> R {
+        let mut cmd = pick::command(d, &self.model, self.step);
+        let free = self.free_slots();
+        let slot = free[d.below(free.len())];
+        if let Cmd::Acquire { key, want, block, .. } = &mut cmd {
+            self.settle(key)?;
+            *block = self.allowed_block(key, *want, *block, free.len());
+        }
+        let argv = pick::argv(d, &cmd);
+        self.model.tally.commands += 1;
+        match cmd {
+            Cmd::Acquire {
+                key,
+                token,
+                want,
+                ttl,
+                ephemeral,
+                block,
+            } => {
+                let conn_id = self.slots[slot].id;
+                let lock = self.model.peek(&key);
+                let d = lock.decide(want, token.as_deref(), !lock.queue.is_empty());
+                let t0 = now_ms();
+                let (reply, span) = if block.is_some() && d == Decision::Busy {
+                    self.slots[slot].conn.send(&argv);
+                    let (reply, t1) = self.blocked_or_answered(slot)?;
+                    (reply, Span::new(t0, t1))
+                } else {
+                    let (reply, span) = self.call(slot, &argv)?;
+                    (Some(reply), span)
+                };
+                let shown = reply.as_ref().map_or("(blocked)".into(), |r| r.to_string());
+                self.note(format!("slot {slot}> {} -> {shown}", super::slots::show_argv(&argv)));
+                let judge = |lock: &Lock| {
+                    let d = lock.decide(want, token.as_deref(), !lock.queue.is_empty());
+                    let lease = span.plus(ttl.ms());
+                    let client = if ephemeral { conn_id } else { 0 };
+                    match (d, &reply) {
+                        (Decision::Busy, None) => Ok(Effect::Queue(Waiter {
+                            slot,
+                            client: conn_id,
+                            token: token.clone().unwrap_or_default(),
+                            want,
+                            ttl: ttl.ms(),
+                            ephemeral,
+                            deadline: span.plus(block.unwrap_or(0)),
+                        })),
+                        (Decision::Busy, Some(Reply::Nil)) if block.is_none() => Ok(Effect::Nothing),
+                        (Decision::Grant, Some(Reply::Grant(t, fence))) => {
+                            let fresh = match &token {
+                                Some(given) => t == given,
+                                None => is_generated(t) && lock.hold(t).is_none(),
+                            };
+                            if !fresh {
+                                return Err(format!("granted with the wrong token {}", reply_text(&reply)));
+                            }
+                            let (token, fence, want) = (t.clone(), *fence, want);
+                            Ok(Effect::Grant(Hold { token, fence, want, lease, client }))
+                        }
+                        (Decision::Regrant, Some(Reply::Grant(t, fence)))
+                            if token.as_ref() == Some(t)
+                                && lock.hold(t).is_some_and(|h| h.fence == *fence) =>
+                        {
+                            Ok(Effect::Regrant { token: t.clone(), lease, client })
+                        }
+                        (Decision::Mismatch(_) | Decision::OtherMode, Some(Reply::Err(e)))
+                            if *e == refusal_text(d) =>
+                        {
+                            Ok(Effect::Nothing)
+                        }
+                        _ => Err(format!(
+                            "LOCK.ACQUIRE answered {}, expected {d:?} (block {block:?})",
+                            reply_text(&reply)
+                        )),
+                    }
+                };
+                let effect = self.judged(&key, span, judge)?;
+                if let Effect::Queue(_) = effect {
+                    self.slots[slot].waiting = Some(key.clone());
+                }
+                self.apply(&key, effect, span)
+            }
+            Cmd::Release { key, token } => {
+                self.settle(&key)?;
+                let (reply, span) = self.logged_call(slot, &argv)?;
+                let effect = self.judged(&key, span, |lock| match lock.hold(&token) {
+                    Some(_) => expect(&reply, &Reply::Int(1), "LOCK.RELEASE")
+                        .map(|_| Effect::Release(token.clone())),
+                    None => expect(&reply, &Reply::Int(0), "LOCK.RELEASE"),
+                })?;
+                self.apply(&key, effect, span)
+            }
+            Cmd::Extend { key, token, ttl } => {
+                self.settle(&key)?;
+                let (reply, span) = self.logged_call(slot, &argv)?;
+                let effect = self.judged(&key, span, |lock| match lock.hold(&token) {
+                    Some(_) => expect(&reply, &Reply::Int(1), "LOCK.EXTEND")
+                        .map(|_| Effect::Extend(token.clone(), span.plus(ttl.ms()))),
+                    None => expect(&reply, &Reply::Int(0), "LOCK.EXTEND"),
+                })?;
+                self.apply(&key, effect, span)
+            }
+            Cmd::Call { key, token, inner } => {
+                self.settle(&key)?;
+                let (reply, span) = self.logged_call(slot, &argv)?;
+                let ran = inner_reply(self, &key, inner);
+                let not_owner = Reply::Err("NOTOWNER the lock is not held by this token".into());
+                let effect = self.judged(&key, span, |lock| match lock.hold(&token) {
+                    Some(_) => expect(&reply, &ran, "LOCK.CALL").map(|_| Effect::Guarded),
+                    None => expect(&reply, &not_owner, "LOCK.CALL"),
+                })?;
+                if let Effect::Guarded = effect {
+                    self.model.tally.guarded_writes += 1;
+                    self.wrote(&key, inner);
+                }
+                Ok(())
+            }
+            Cmd::Fence { key, fence, inner } => {
+                let (reply, _) = self.logged_call(slot, &argv)?;
+                let gate = self.model.gates.get(&gate_of(&key)).copied();
+                match gate {
+                    Some(g) if fence < g => {
+                        let stale = format!("STALEFENCE fence {fence} is older than {g}");
+                        expect(&reply, &Reply::Err(stale), "LOCK.FENCE")?;
+                        self.model.tally.stale_fences += 1;
+                    }
+                    _ => {
+                        expect(&reply, &inner_reply(self, &key, inner), "LOCK.FENCE")?;
+                        self.model.gates.insert(gate_of(&key), fence.max(gate.unwrap_or(0)));
+                        self.model.tally.guarded_writes += 1;
+                        self.wrote(&key, inner);
+                    }
+                }
+                Ok(())
+            }
+            Cmd::Info { key } => {
+                self.note(format!("slot {slot}> LOCK.INFO {key} (checked against the model)"));
+                self.check_lock(&key)
+            }
+            Cmd::Del { key, gate: true } => {
+                let (reply, _) = self.logged_call(slot, &argv)?;
+                let had = self.model.gates.remove(&gate_of(&key)).is_some();
+                expect(&reply, &Reply::Int(i64::from(had)), "DEL of a gate").map(|_| ())
+            }
+            Cmd::Del { key, gate: false } => {
+                self.settle(&key)?;
+                let (reply, span) = self.logged_call(slot, &argv)?;
+                let effect = self.judged(&key, span, |lock| {
+                    let had = !lock.holds.is_empty();
+                    expect(&reply, &Reply::Int(i64::from(had)), "DEL of a lock")
+                        .map(|_| if had { Effect::DeleteAll } else { Effect::Nothing })
+                })?;
+                self.apply(&key, effect, Span::new(span.lo, span.hi + super::serve::late()))
+            }
+            Cmd::Close { slot, kill } => self.close_command(slot, kill),
+            Cmd::Idle => self.idle(),
+        }
+    }
+
+    fn logged_call(&mut self, slot: usize, argv: &[Vec<u8>]) -> R<(Reply, Span)> {
+        let (reply, span) = self.call(slot, argv)?;
+        self.note(format!("slot {slot}> {} -> {reply}", super::slots::show_argv(argv)));
+        Ok((reply, span))
+    }
+
+    /// `BLOCK` as far as the soak can follow it: a slot stays free for plain commands, and
+    /// (while the module does not serve the queue when a waiter leaves) a shared waiter must
+    /// not outlast an exclusive waiter ahead of it.
+    fn allowed_block(&self, key: &str, want: Want, block: Option<Ms>, free: usize) -> Option<Ms> {
+        let block = block.filter(|_| free >= 2)?;
+        if SERVES_WHEN_A_WAITER_LEAVES || want != Want::Shared {
+            return Some(block);
+        }
+        let lock = self.model.peek(key);
+        let first_exclusive = lock
+            .queue
+            .iter()
+            .filter(|w| w.want == Want::Exclusive)
+            .map(|w| w.deadline.lo)
+            .min();
+        match first_exclusive {
+            None => Some(block),
+            Some(lo) => Some(block.min(lo - now_ms() - 100)).filter(|&b| b >= 20),
+        }
+    }
+
+    /// Judges a reply against the key's state; if that fails and a lease end or deadline
+    /// came within the command's span (a stall), judges again with those ended first.
+    fn judged(&mut self, key: &str, span: Span, judge: impl Fn(&Lock) -> R<Effect>) -> R<Effect> {
+        let first = match judge(&self.model.peek(key)) {
+            Ok(e) => return Ok(e),
+            Err(e) => e,
+        };
+        let lock = self.model.peek(key);
+        let stalled = lock.holds.iter().any(|h| h.lease.lo < span.hi)
+            || lock.queue.iter().any(|w| w.deadline.lo <= span.hi);
+        if !stalled {
+            return Err(first);
+        }
+        self.note(format!("  (a stall: {key} judged again with what ended by {})", span.hi));
+        self.end_by(key, span.hi)?;
+        judge(&self.model.peek(key)).map_err(|e| format!("{first}; with what ended first: {e}"))
+    }
+
+    fn apply(&mut self, key: &str, effect: Effect, span: Span) -> R {
+        let lock = self.model.lock(key);
+        match effect {
+            Effect::Nothing | Effect::Guarded => {}
+            Effect::Grant(h) => {
+                let fence = h.fence;
+                lock.holds.push(h);
+                self.model.new_fence(key, fence)?;
+                self.model.tally.grants += 1;
+            }
+            Effect::Regrant { token, lease, client } => {
+                let h = lock.hold_mut(&token).expect("held");
+                (h.lease, h.client) = (lease, client);
+                self.model.tally.regrants += 1;
+            }
+            Effect::Queue(w) => {
+                lock.queue.push_back(w);
+                self.model.tally.waits += 1;
+            }
+            Effect::Release(token) => {
+                lock.remove_hold(&token);
+                return self.serve(key, span);
+            }
+            Effect::Extend(token, lease) => lock.hold_mut(&token).expect("held").lease = lease,
+            Effect::DeleteAll => {
+                lock.holds.clear();
+                return self.serve(key, span);
+            }
+        }
+        Ok(())
+    }
+
+    fn wrote(&mut self, key: &str, inner: Inner) {
+        match inner {
+            Inner::Incr => *self.model.counters.entry(counter_of(key)).or_insert(0) += 1,
+            Inner::Set(v) => {
+                self.model.values.insert(value_of(key), v.to_string().into_bytes());
+            }
+            Inner::Get => {}
+        }
+    }
+
+    fn close_command(&mut self, slot: usize, kill: bool) -> R {
+        if let Some(key) = self.slots[slot].waiting.clone() {
+            if self.answered_early(slot, &key)? {
+                return Ok(());
+            }
+            let lock = self.model.peek(&key);
+            let at = lock.queue.iter().position(|w| w.slot == slot).expect("queued");
+            let shared_behind = lock.queue.iter().skip(at + 1).any(|w| w.want == Want::Shared);
+            if !SERVES_WHEN_A_WAITER_LEAVES && lock.queue[at].want == Want::Exclusive && shared_behind
+            {
+                // See allowed_block: the shared waiter behind would not be served.
+                return Ok(());
+            }
+        }
+        let how = if kill { "CLIENT KILL ID" } else { "close" };
+        self.note(format!("slot {slot}: {how} (client {})", self.slots[slot].id));
+        self.close_slot(slot, kill)
+    }
+
+    /// Lets time pass up to the next lease end or deadline (at most 300 ms), so that leases
+    /// end by themselves and waiters are handed what they free.
+    fn idle(&mut self) -> R {
+        let now = now_ms();
+        let next = self
+            .model
+            .locks
+            .values()
+            .flat_map(|l| {
+                let holds = l.holds.iter().map(|h| h.lease.hi);
+                holds.chain(l.queue.iter().map(|w| w.deadline.hi))
+            })
+            .filter(|&t| t >= now)
+            .min()
+            .unwrap_or(now + 50)
+            .min(now + 300);
+        self.note(format!("idle {} ms", next + 1 - now));
+        sleep_until_wall_ms(next);
+        self.settle_all()
+    }
+}
+
+fn reply_text(r: &Option<Reply>) -> String {
+    r.as_ref().map_or("(blocked)".into(), |r| r.to_string())
+}
