@@ -988,10 +988,10 @@ fn migrating_a_held_lock_keeps_it_and_source_waiters_never_make_a_second_holder(
         f1 > f0,
         "grant on the new shard {f1} must exceed the migrated fence {f0}"
     );
-    assert_eq!(
-        epoch_of(f1),
-        1,
-        "the migrated fence raised the target's clock"
+    // The target took the slot over with a new config epoch, and its fences follow it.
+    assert!(
+        epoch_of(f1) > 1,
+        "the target's fences follow its config epoch after the move: {f1}"
     );
     assert_eq!(release(&mut dc, key, b"w-target"), 1);
     let (_, f2) = grant(&mut dc, key, b"later", 10_000);

@@ -8,6 +8,7 @@ use crate::cluster::{key_slot, Cluster, Router};
 use crate::common::*;
 use redis::{Connection, Value};
 
+const SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 const SPLIT: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
 
 /// The slot of `tag` moving from its owner to another master, keys moved by hand.
@@ -158,4 +159,125 @@ fn guards_split_by_a_migration_run_nothing_and_answer_tryagain() {
         b"xy".to_vec()
     );
     assert_eq!(as_int(&ok(&mut sc, &rcmd!("DBSIZE"))), 0);
+}
+
+/// `CLUSTER FAILOVER` on replica `r`: it takes over its master's slots.
+fn fail_over_to(c: &Cluster, r: usize, old: usize) {
+    assert_eq!(
+        ok(&mut c.nodes[r].conn(), &rcmd!("CLUSTER", "FAILOVER")),
+        Value::Okay
+    );
+    c.nodes[r].wait_info("replication", "role", "master");
+    c.nodes[old].wait_info("replication", "role", "slave");
+    c.wait_stable();
+    c.nodes[old].wait_info("replication", "master_link_status", "up");
+}
+
+#[test]
+fn after_a_slot_moves_its_new_node_grants_fences_above_every_earlier_one() {
+    let c = Cluster::start(3, 1);
+    let m = Move::start(&c, "{j}");
+    // The source's shard failed over twice: its fences are epochs ahead of the target's.
+    let replica = c.replicas_of(m.src)[0];
+    fail_over_to(&c, replica, m.src);
+    fail_over_to(&c, m.src, replica);
+    let mut sc = c.nodes[m.src].conn();
+    let mut dc = c.nodes[m.dst].conn();
+    let on_target = (0..)
+        .map(|n| format!("t{n}"))
+        .find(|k| c.owner(key_slot(k)) == m.dst)
+        .unwrap();
+    let (_, f_target_before) = grant(&mut dc, &on_target, b"t", 60_000);
+    let (_, f) = grant(&mut sc, "{j}lock", b"a", 60_000);
+    let (_, f_gone) = grant(&mut sc, "{j}released", b"a", 60_000);
+    ok(
+        &mut sc,
+        &rcmd!("LOCK.FENCE", "{j}gate", f, "SET", "{j}data", "1"),
+    );
+    assert_eq!(release(&mut sc, "{j}lock", b"a"), 1);
+    assert_eq!(release(&mut sc, "{j}released", b"a"), 1);
+    assert!(f_gone > f);
+    // Only the gate and the data move; the released locks left nothing behind.
+    m.begin(&c);
+    m.migrate(&c, &["{j}gate", "{j}data"]);
+    m.finish(&c);
+    for name in ["{j}lock", "{j}released", "{j}new"] {
+        let (_, g) = grant(&mut dc, name, b"b", 60_000);
+        assert!(
+            g > f_gone && g > f_target_before,
+            "{name}: fence {g} on the new node, {f_gone} granted for the slot before the move"
+        );
+        let v = ok(
+            &mut dc,
+            &rcmd!("LOCK.FENCE", "{j}gate", g, "SET", "{j}data", "2"),
+        );
+        assert_eq!(
+            v,
+            Value::Okay,
+            "{name}: the moved gate accepts the new holder at once"
+        );
+    }
+}
+
+#[test]
+fn a_lock_from_a_node_many_epochs_ahead_still_migrates() {
+    // About 60 epoch bumps, each waiting for gossip: most of a minute, so `make stress` runs it.
+    if std::env::var_os("REDISLOCK_LONG_TESTS").is_none() {
+        eprintln!("skipped: set REDISLOCK_LONG_TESTS=1 to run it (make stress does)");
+        return;
+    }
+    let c = Cluster::start(3, 0);
+    let m = Move::start(&c, "{e}");
+    let third = *c
+        .masters()
+        .iter()
+        .find(|&&n| n != m.src && n != m.dst)
+        .unwrap();
+    // Config epochs climb on the source and a third node, far past the target's.
+    // A node bumps only while another's is higher, as it knows them from gossip: each bump
+    // waits until the other node has heard of the last one.
+    let (mut bumper, mut other) = (m.src, third);
+    while my_epoch(&c, m.src) <= 64 {
+        let seen = my_epoch(&c, other);
+        wait_until(
+            &format!("node {bumper} hears of epoch {seen}"),
+            SETTLE,
+            || current_epoch(&c, bumper) >= seen,
+        );
+        ok(&mut c.nodes[bumper].conn(), &rcmd!("CLUSTER", "BUMPEPOCH"));
+        std::mem::swap(&mut bumper, &mut other);
+    }
+    c.wait_stable();
+    let mut sc = c.nodes[m.src].conn();
+    let (_, f) = grant(&mut sc, "{e}lock", b"a", 60_000);
+    assert!(
+        epoch_of(f) > 64,
+        "the source's fences follow its config epoch: {f}"
+    );
+    m.begin(&c);
+    m.migrate(&c, &["{e}lock"]);
+    m.finish(&c);
+    let mut dc = c.nodes[m.dst].conn();
+    let info = info_some(&mut dc, "{e}lock");
+    assert_eq!((info.token, info.fence), (b"a".to_vec(), f));
+    assert_eq!(release(&mut dc, "{e}lock", b"a"), 1);
+    let (_, g) = grant(&mut dc, "{e}lock", b"b", 60_000);
+    assert!(g > f, "{g} after {f}");
+}
+
+fn cluster_info_field(c: &Cluster, n: usize, name: &str) -> u64 {
+    let info = String::from_utf8_lossy(&as_bytes(&ok(
+        &mut c.nodes[n].conn(),
+        &rcmd!("CLUSTER", "INFO"),
+    )))
+    .into_owned();
+    field(&info, name).and_then(|v| v.parse().ok()).unwrap()
+}
+
+fn my_epoch(c: &Cluster, n: usize) -> u64 {
+    cluster_info_field(c, n, "cluster_my_epoch")
+}
+
+fn current_epoch(c: &Cluster, n: usize) -> u64 {
+    cluster_info_field(c, n, "cluster_current_epoch")
 }

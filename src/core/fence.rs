@@ -67,10 +67,19 @@ impl FenceClock {
     /// server's own epoch, which only promotions move, so repeated forged
     /// payloads cannot ratchet it up.
     pub fn admits_restored(&self, fence: u64, now_ms: i64) -> bool {
+        self.admits_restored_within(fence, now_ms, 0)
+    }
+
+    /// `admits_restored`, the epoch lead measured from `known_epoch` where
+    /// it is higher than the server's own: in Redis Cluster, fences follow
+    /// the nodes' config epochs, and the cluster's current epoch (the
+    /// highest of them) bounds what another node can have issued.
+    pub fn admits_restored_within(&self, fence: u64, now_ms: i64, known_epoch: u64) -> bool {
         if !is_valid(fence) {
             return false;
         }
-        let epoch_ok = fence >> EPOCH_SHIFT <= self.epoch.saturating_add(MAX_RESTORE_EPOCH_LEAD);
+        let base = self.epoch.max(known_epoch.min(MAX_EPOCH));
+        let epoch_ok = fence >> EPOCH_SHIFT <= base.saturating_add(MAX_RESTORE_EPOCH_LEAD);
         let ms = (fence >> COUNTER_BITS) & ((1 << TIME_BITS) - 1);
         let limit = time_floor(now_ms.saturating_add(MAX_RESTORE_TIME_LEAD_MS)) >> COUNTER_BITS;
         epoch_ok && ms <= limit
@@ -222,6 +231,16 @@ mod tests {
         assert_eq!(c.next_fence(NOW), Some(MAX_FENCE));
         assert_eq!(c.next_fence(NOW), None);
         assert_eq!(c.next_fence(NOW), None);
+    }
+
+    #[test]
+    fn a_known_cluster_epoch_widens_what_a_restore_may_carry() {
+        let c = FenceClock::default();
+        let far = ((MAX_RESTORE_EPOCH_LEAD + 30) << EPOCH_SHIFT) | time_floor(NOW);
+        assert!(!c.admits_restored(far, NOW));
+        assert!(!c.admits_restored_within(far, NOW, 29));
+        assert!(c.admits_restored_within(far, NOW, 30));
+        assert!(!c.admits_restored_within(MAX_FENCE, NOW, u64::MAX));
     }
 
     #[test]

@@ -76,9 +76,33 @@ pub fn slot_state(cluster_nodes: &str, slot: u16) -> SlotState {
     }
 }
 
+/// This node's config epoch and the cluster's current epoch, from the text
+/// of `CLUSTER INFO` (`cluster_my_epoch`, `cluster_current_epoch`).
+pub fn cluster_epochs(cluster_info: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| {
+        cluster_info.lines().find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(':')
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        })
+    };
+    Some((field("cluster_my_epoch")?, field("cluster_current_epoch")?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_the_epochs_of_cluster_info() {
+        let info = "cluster_state:ok\r\ncluster_current_epoch:9\r\ncluster_my_epoch:7\r\n";
+        assert_eq!(cluster_epochs(info), Some((7, 9)));
+        assert_eq!(cluster_epochs("cluster_state:ok\r\n"), None);
+        assert_eq!(
+            cluster_epochs("cluster_my_epoch:x\ncluster_current_epoch:1"),
+            None
+        );
+    }
 
     #[test]
     fn slots_match_redis() {

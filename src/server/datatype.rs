@@ -12,7 +12,7 @@ use crate::core::limits;
 use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
 use crate::core::record::{Record, Stored};
 use crate::core::release;
-use crate::server::{catch_panic, ffi, locks, state, stats};
+use crate::server::{catch_panic, cluster, ffi, locks, state, stats};
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "redislock",
@@ -153,7 +153,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         // key, so it is refused (and logged). The server's own data and its
         // master's are taken as they are.
         let trusted = ffi::io_is_trusted(rdb);
-        if !trusted && !state::with_clock(|c| c.admits_restored(fence, ffi::now_ms())) {
+        let admits = || {
+            let known = cluster::known_epoch();
+            state::with_clock(|c| c.admits_restored_within(fence, ffi::now_ms(), known))
+        };
+        let admitted = trusted || admits() || (cluster::refresh_known_epoch() && admits());
+        if !admitted {
             ffi::log_io_warning(
                 rdb,
                 &format!(

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 use redis_module::{raw, Context};
 
 use crate::server::scheduler::{self, Job};
-use crate::server::{catch_panic, ephemeral, ffi, locks, state};
+use crate::server::{catch_panic, cluster, ephemeral, ffi, locks, state};
 
 /// Subscribes to the events; false if Redis refused one.
 pub fn subscribe(ctx: &Context) -> bool {
@@ -55,6 +55,8 @@ unsafe extern "C" fn on_role_changed(
             return;
         }
         let ctx = Context::new(ctx);
+        // In Cluster the promotion also gave this node a new config epoch.
+        cluster::note_config_change();
         let (advanced, epoch) = state::with_clock(|c| (c.advance_epoch(), c.epoch));
         if advanced {
             ctx.log_notice(&format!("promoted to master: fence epoch is now {epoch}"));

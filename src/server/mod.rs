@@ -55,6 +55,10 @@ fn load(ctx: &Context, args: &[RedisString]) -> Status {
     }
     state::set_detached_context(ffi::detached_context(ctx));
     scheduler::set_runner(&locks::RUNNER);
+    if !cluster::watch_config_changes(ctx) {
+        ctx.log_warning("could not watch for cluster configuration changes");
+        return Status::Err;
+    }
     if !stats::subscribe(ctx) || !events::subscribe(ctx) {
         ctx.log_warning("could not subscribe to key and server events");
         return Status::Err;

@@ -35,7 +35,7 @@ use crate::server::ffi::{self, LockId, LockKey};
 use crate::server::held::held;
 use crate::server::lockops::{self, Look};
 use crate::server::scheduler::{self, Job, Runner};
-use crate::server::{ephemeral, state, stats, waiting};
+use crate::server::{cluster, ephemeral, state, stats, waiting};
 
 /// Opens `name` for writing with the holds whose lease ran out already
 /// ended (the scheduler ends them too, but may be behind a client pause).
@@ -77,6 +77,11 @@ pub fn carry_out(
     grant: &Grant,
 ) -> Result<u64, LockError> {
     let (token, expire_at) = (grant.token, grant.expire_at);
+    if decision == Decision::Grant {
+        // A new fence: in Cluster, above every fence granted for the slots
+        // this node took over (its config epoch).
+        cluster::follow_config_epoch(ctx);
+    }
     let (fence, look) = match decision {
         Decision::Regrant => {
             let fence = held(&key)?
