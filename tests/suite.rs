@@ -32,3 +32,4 @@ mod resources;
 mod restore_fuzz;
 mod server_states;
 mod timer_slices;
+mod versions;

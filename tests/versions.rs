@@ -1,0 +1,163 @@
+//! Versions (SPEC "Operations"): one release number, shown by `MODULE LIST` (major·10000 +
+//! minor·100 + patch) and `INFO redislock` with the encodings this build reads and writes; a
+//! record or an RDB file this build cannot read is refused with a log line that says what was
+//! found and what to do.
+
+use crate::common::*;
+use redis::{Connection, Value};
+
+/// The release as `Cargo.toml` has it.
+const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
+fn release_number(version: &str) -> i64 {
+    let parts: Vec<i64> = version
+        .split('.')
+        .map(|p| p.parse().expect("a numeric version"))
+        .collect();
+    parts[0] * 10_000 + parts[1] * 100 + parts[2]
+}
+
+fn text(v: &Value) -> String {
+    String::from_utf8_lossy(&as_bytes(v)).into_owned()
+}
+
+#[test]
+fn module_list_and_info_name_the_release_and_encodings() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let modules = ok(&mut c, &rcmd!("MODULE", "LIST"));
+    let Value::Array(modules) = modules else {
+        panic!("MODULE LIST: {modules:?}");
+    };
+    let ours = modules
+        .iter()
+        .map(field_pairs)
+        .find(|m| {
+            m.iter()
+                .any(|(k, v)| k == b"name" && text(v) == "redislock")
+        })
+        .expect("redislock in MODULE LIST");
+    let ver = ours
+        .iter()
+        .find(|(k, _)| k == b"ver")
+        .map(|(_, v)| as_int(v));
+    assert_eq!(ver, Some(release_number(RELEASE)));
+    let info = s.info_text("redislock");
+    assert_eq!(field(&info, "redislock_version").as_deref(), Some(RELEASE));
+    assert_eq!(field(&info, "redislock_rdb_encoding").as_deref(), Some("3"));
+    assert_eq!(
+        field(&info, "redislock_rdb_encodings_read").as_deref(),
+        Some("1-3")
+    );
+    assert_eq!(
+        field(&info, "redislock_rdb_aux_encoding").as_deref(),
+        Some("2")
+    );
+}
+
+fn crc64(data: &[u8]) -> u64 {
+    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ POLY_REFLECTED
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// `payload` (a `DUMP` of a lock) with its record encoding version set to `encver`.
+fn with_encoding_version(payload: &[u8], encver: u64) -> Vec<u8> {
+    // Type byte, then the module id as a 64-bit RDB length (0x81 and 8 big-endian bytes): the
+    // type's name in the high 54 bits, the encoding version in the low 10.
+    assert_eq!(payload[1], 0x81, "module id as a 64-bit length");
+    let id = u64::from_be_bytes(payload[2..10].try_into().unwrap());
+    let mut out = payload.to_vec();
+    out[2..10].copy_from_slice(&((id & !1023) | encver).to_be_bytes());
+    let body = out.len() - 8;
+    let crc = crc64(&out[..body]);
+    out[body..].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+#[test]
+fn a_record_of_a_newer_encoding_is_refused_with_a_log_line_that_says_why() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "lock", b"t", 60_000);
+    let payload = as_bytes(&ok(&mut c, &rcmd!("DUMP", "lock")));
+    // The same payload with its own version restores: the edit itself is sound.
+    let same = with_encoding_version(&payload, 3);
+    assert_eq!(same, payload);
+    let newer = with_encoding_version(&payload, 4);
+    let e = err(&mut c, &rcmd!("RESTORE", "copy", 0, newer.as_slice()));
+    assert!(e.contains("Bad data format") || e.starts_with("ERR"), "{e}");
+    assert!(!exists(&mut c, "copy"));
+    let log = s.log();
+    let line = log
+        .lines()
+        .find(|l| l.contains("cannot read a lock of encoding version 4"))
+        .unwrap_or_else(|| panic!("no log line for the refused record:\n{}", s.log_tail(20)));
+    assert!(
+        line.contains(&format!("release {RELEASE} reads versions 1 to 3")),
+        "{line}"
+    );
+}
+
+/// An RDB file whose module data says it was written by a later release, with a later version
+/// of that data: the server refuses to start, and the log names both releases before any key.
+#[test]
+fn an_rdb_file_from_a_newer_release_is_refused_before_any_key_is_read() {
+    let mut s = Server::start();
+    let mut c: Connection = s.conn();
+    grant(&mut c, "lock", b"t", 60_000);
+    ok(&mut c, &rcmd!("SAVE"));
+    s.stop(Stop::Kill);
+    let path = s.dir().join("dump.rdb");
+    let mut rdb = std::fs::read(&path).unwrap();
+    // The module's aux data: opcode 247, the module id (0x81 + 8 bytes), `when` as a UINT
+    // (opcode 2, value 1: before the keys), then its fields, each a UINT: version 2, the
+    // release number, ….
+    let at = rdb
+        .windows(2)
+        .enumerate()
+        .position(|(i, w)| w[0] == 247 && w[1] == 0x81 && rdb.get(i + 10..i + 12) == Some(&[2, 1]))
+        .expect("the module's aux data in the RDB file");
+    let fields = at + 12;
+    assert_eq!(&rdb[fields..fields + 3], &[2, 2, 2], "aux version 2 first");
+    let newer = release_number(RELEASE) + 10_000;
+    rdb[fields + 1] = 3;
+    // The release number as a 14-bit length (0x40 | high 6 bits, low 8 bits).
+    assert_eq!(
+        rdb[fields + 3] & 0xc0,
+        0x40,
+        "release number as a 14-bit length"
+    );
+    rdb[fields + 3] = 0x40 | (newer >> 8) as u8;
+    rdb[fields + 4] = (newer & 0xff) as u8;
+    // A zero checksum means "not checked".
+    let n = rdb.len();
+    rdb[n - 8..].fill(0);
+    std::fs::write(&path, &rdb).unwrap();
+    s.allow_crash_signs();
+    let port = s.port();
+    match s.launch(port) {
+        Ok(()) => panic!("the server loaded a file from a newer release"),
+        Err(LaunchError::PortInUse) => panic!("port {port} taken"),
+        Err(LaunchError::Failed(_)) => {}
+    }
+    let log = s.log();
+    let writer = format!("{}.{}.{}", newer / 10_000, newer / 100 % 100, newer % 100);
+    assert!(
+        log.contains(&format!(
+            "written by release {writer} (module data version 3); release {RELEASE}"
+        )) && log.contains(&format!("load redislock {writer} or newer")),
+        "{}",
+        s.log_tail(20)
+    );
+}
