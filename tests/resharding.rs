@@ -96,7 +96,30 @@ fn guards_split_by_a_migration_run_nothing_and_answer_tryagain() {
         &mut sc,
         &rcmd!("LOCK.FENCE", "{f}gate", fence, "SET", "{f}d5", "8"),
     );
+    // A hold bound to its connection: the binding stays on the node that granted it.
+    let mut bound = c.nodes[m.src].conn();
+    let v = ok(
+        &mut bound,
+        &rcmd!("LOCK.ACQUIRE", "{f}eph", "e", "PX", 60_000, "EPHEMERAL"),
+    );
+    assert!(parse_grant(&v).is_some());
     m.begin(&c);
+    m.migrate(&c, &["{f}eph"]);
+    drop(bound);
+    wait_until("the source sees the bound connection close", SETTLE, || {
+        stat(&c.nodes[m.src], "ephemeral_holds") == 0
+    });
+    assert_eq!(
+        stat(&c.nodes[m.src], "ephemeral_releases"),
+        0,
+        "a hold that left is not released by its old node"
+    );
+    let moved = field_pairs(&asking(&mut dc, &rcmd!("LOCK.INFO", "{f}eph")).unwrap());
+    let client = moved
+        .iter()
+        .find(|(k, _)| k == b"client")
+        .map(|(_, v)| as_int(v));
+    assert_eq!(client, Some(0), "the moved hold keeps its lease only");
 
     // The lock and the gate move first, their data not yet.
     m.migrate(&c, &["{f}lock", "{f}gate"]);
@@ -148,6 +171,8 @@ fn guards_split_by_a_migration_run_nothing_and_answer_tryagain() {
 
     // A client that retries gets through once every key has moved, and nothing was lost.
     m.migrate(&c, &["{f}lock2", "{f}d2", "{f}d3", "{f}d5"]);
+    let released = asking(&mut dc, &rcmd!("LOCK.RELEASE", "{f}eph", "e"));
+    assert_eq!(released, Ok(Value::Int(1)));
     m.finish(&c);
     let mut router = Router::new();
     assert_eq!(as_int(&router.ok(m.sp, &guarded[0])), 15);

@@ -156,19 +156,20 @@ pub fn extend(
 
 /// Releases the grant `(token, fence)` of `id` if the lock is still that
 /// grant: a client that disconnected before its reply, or a closed
-/// connection's `EPHEMERAL` hold.
-pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) {
+/// connection's `EPHEMERAL` hold. Whether it did.
+pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) -> bool {
     if !ffi::select_db(ctx, id.0) {
-        return;
+        return false;
     }
     let name = ctx.create_string(id.1.as_slice());
     let key = LockKey::open(ctx, &name, true);
     let multi = match key.stored() {
         Some(Stored::Single(l)) if l.fence() == fence && l.is_held_by(token) => false,
         Some(Stored::Multi(h)) if h.get(token).is_some_and(|h| h.fence == fence) => true,
-        _ => return,
+        _ => return false,
     };
     release(ctx, &name, key, token, multi);
+    true
 }
 
 /// Ends every hold of `name` whose lease has run out (see
@@ -256,8 +257,9 @@ fn release_orphans_of_id(ctx: &Context, id: &LockId) {
     }
     let db = ffi::selected_db(ctx);
     for (token, fence) in taken {
-        stats::EPHEMERAL_RELEASES.bump();
-        revoke(ctx, id, &token, fence);
+        if revoke(ctx, id, &token, fence) {
+            stats::EPHEMERAL_RELEASES.bump();
+        }
     }
     // The command goes on in the database it was sent to (an index that
     // exists: the command runs in it).
@@ -270,8 +272,10 @@ fn release_next_orphan(ctx: &Context) -> bool {
     let Some((id, token, fence)) = ephemeral::next_orphan() else {
         return false;
     };
-    stats::EPHEMERAL_RELEASES.bump();
-    revoke(ctx, &id, &token, fence);
+    // A hold that left meanwhile (migrated, deleted) is not counted.
+    if revoke(ctx, &id, &token, fence) {
+        stats::EPHEMERAL_RELEASES.bump();
+    }
     true
 }
 
@@ -301,7 +305,7 @@ fn run(ctx: &Context, job: Job) {
         Job::Leases(id) => tend(ctx, &id),
         Job::Revoke(grant) => {
             let (id, token, fence) = *grant;
-            revoke(ctx, &id, &token, fence)
+            revoke(ctx, &id, &token, fence);
         }
         // The scheduler's own.
         Job::Epoch(_) | Job::Deadline(_) => {}
