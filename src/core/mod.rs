@@ -12,6 +12,7 @@ pub mod grant;
 pub mod holders;
 pub mod limits;
 pub mod lock;
+mod mark;
 pub mod numbers;
 pub mod record;
 pub mod release;

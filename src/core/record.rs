@@ -14,15 +14,14 @@ use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use super::holders::Holders;
 use super::lock::LockRef;
+use super::mark::{MARK_AT, MULTI};
 use super::token::MAX_TOKEN_LEN;
 
 const FENCE: usize = 8;
 const LEN: usize = 2;
 const HEADER: usize = FENCE + LEN;
-/// The length field of a record with holders.
-pub(super) const MULTI: u16 = u16::MAX;
-/// Where a record has its length field, and [`Holders`] its mark.
-pub(super) const MARK_AT: usize = FENCE;
+// The length field follows the fence: where `Holders` has its mark.
+const _: () = assert!(MARK_AT == FENCE && LEN == std::mem::size_of_val(&MULTI));
 
 /// What a record holds.
 #[derive(Debug, Clone, Copy)]

@@ -13,7 +13,7 @@
 //! In memory the holds follow a one-byte count, in one exact-size
 //! allocation; any change writes a new one (the set is small).
 
-use super::Hold;
+use super::hold::Hold;
 
 /// The most bytes a varint of a `u64` takes.
 const MAX_VARINT: usize = 10;

@@ -1,0 +1,395 @@
+//! The holders of a shared (read/write) lock or of a semaphore: one hold
+//! per token, each with its own fence and lease.
+//!
+//! Two forms of the same holds. A small set (most keys: a few readers, a
+//! few places taken) is [`compact`]: one allocation with the holds in
+//! lease-end order, found by a scan, rewritten on each change. A large one
+//! is `indexed`: twice, by token, for the holder's own calls (O(1)), and
+//! by lease end, so the next lease to end is found and removed in O(log H).
+//! A set switches to the indexed form once it grows past [`COMPACT_MAX`]
+//! holds and back only once it is down to [`COMPACT_AGAIN`], so a key
+//! that hovers around one size does not switch on every call.
+//!
+//! The holders are the record of their key ([`super::record`]): `Holders`
+//! starts with the record's header, so a key with holders is this one
+//! small block plus the holds. How holds are `stored` in RDB files and
+//! read back is beside it.
+
+use std::cell::Cell;
+
+use super::mark::{MARK_AT, MULTI};
+
+mod compact;
+mod hold;
+mod indexed;
+mod stored;
+#[cfg(test)]
+mod tests;
+
+use compact::Compact;
+use indexed::Indexed;
+
+pub use hold::{ended, Hold};
+
+/// The kind of a key with holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Read holds of a read/write lock.
+    Shared,
+    /// Places of a counted semaphore.
+    Semaphore { limit: u32 },
+}
+
+pub use super::limits::MAX_LIMIT;
+
+/// A set of holds takes the indexed form once it has more holds than this…
+pub const COMPACT_MAX: usize = 16;
+/// …or once its compact form would take more bytes than this (long tokens).
+const COMPACT_MAX_BYTES: usize = 4096;
+/// An indexed set takes the compact form again once it is down to this
+/// many holds…
+pub const COMPACT_AGAIN: usize = 8;
+/// …whose compact form takes at most this many bytes.
+const COMPACT_AGAIN_BYTES: usize = 2048;
+
+/// `watched_by` when no look is scheduled. No look is ever due then: a
+/// look is due just after a lease end, so never at `i64::MIN`.
+const NOT_WATCHED: i64 = i64::MIN;
+
+/// The holds and what they are of. `repr(C)`: it is the record of its key,
+/// whose bytes 8 and 9 tell it from an exclusive lock's record (see
+/// [`super::record`]); the layout keeps it one 32-byte block.
+#[repr(C)]
+pub struct Holders {
+    /// The latest time a look at the next lease end is known to be
+    /// scheduled for, under the key's current name; [`NOT_WATCHED`] when
+    /// nothing is (new, copied, or moved to another name). Lets a new hold
+    /// that ends after the first one skip the scheduler.
+    watched_by: Cell<i64>,
+    /// Always [`MULTI`], where an exclusive record has its token length.
+    record_mark: [u8; 2],
+    semaphore: bool,
+    limit: u32,
+    body: Body,
+}
+
+const _: () = assert!(std::mem::offset_of!(Holders, record_mark) == MARK_AT);
+
+enum Body {
+    Compact(Compact),
+    Indexed(Box<Indexed>),
+}
+
+impl Clone for Holders {
+    /// A copy is not watched: it will live under another name.
+    fn clone(&self) -> Holders {
+        Holders {
+            watched_by: Cell::new(NOT_WATCHED),
+            record_mark: self.record_mark,
+            semaphore: self.semaphore,
+            limit: self.limit,
+            body: match &self.body {
+                Body::Compact(c) => Body::Compact(c.clone()),
+                Body::Indexed(x) => Body::Indexed(x.clone()),
+            },
+        }
+    }
+}
+
+impl PartialEq for Holders {
+    /// The same kind and the same holds, whatever their form.
+    fn eq(&self, other: &Holders) -> bool {
+        self.kind() == other.kind() && self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Holders {}
+
+impl std::fmt::Debug for Holders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Holders")
+            .field("kind", &self.kind())
+            .field("compact", &self.is_compact())
+            .field("holds", &self.iter().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Why stored holders could not be read back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldersError {
+    BadLimit,
+    BadToken,
+    BadFence,
+    DuplicateToken,
+    DuplicateFence,
+    OverLimit,
+    Empty,
+    /// A lease end before the Unix epoch, or later than a lease granted now
+    /// with the longest TTL could end.
+    BadLeaseEnd,
+    /// Encoded holds cut short or with bytes that do not read as holds,
+    /// or fewer or more of them than the count says.
+    Malformed,
+    /// Encoded holds not in the order of their lease ends (and fences).
+    Unordered,
+}
+
+impl Holders {
+    pub fn new(kind: Kind) -> Holders {
+        Holders::with_body(kind, Body::Compact(Compact::new()))
+    }
+
+    fn with_body(kind: Kind, body: Body) -> Holders {
+        let (semaphore, limit) = match kind {
+            Kind::Shared => (false, 0),
+            Kind::Semaphore { limit } => (true, limit),
+        };
+        Holders {
+            watched_by: Cell::new(NOT_WATCHED),
+            record_mark: MULTI.to_le_bytes(),
+            semaphore,
+            limit,
+            body,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        if self.semaphore {
+            Kind::Semaphore { limit: self.limit }
+        } else {
+            Kind::Shared
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match &self.body {
+            Body::Compact(c) => c.len(),
+            Body::Indexed(x) => x.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the holds are in their compact form (small sets).
+    pub fn is_compact(&self) -> bool {
+        matches!(self.body, Body::Compact(_))
+    }
+
+    pub fn get(&self, token: &[u8]) -> Option<Hold> {
+        match &self.body {
+            Body::Compact(c) => c.find(token).map(|(_, h)| h),
+            Body::Indexed(x) => x.get(token),
+        }
+    }
+
+    /// Adds a hold for a token that holds nothing yet.
+    pub fn insert(&mut self, token: &[u8], hold: Hold) {
+        match &mut self.body {
+            Body::Compact(c) => {
+                let at = c.find(token).map(|(i, _)| i);
+                *c = c.rebuilt(at, Some((token, hold)));
+            }
+            Body::Indexed(x) => x.insert(token, hold),
+        }
+        self.fit();
+    }
+
+    /// Moves a holder's lease end; false if the token holds nothing.
+    pub fn set_expiry(&mut self, token: &[u8], expire_at: i64) -> bool {
+        let moved = match &mut self.body {
+            Body::Compact(c) => match c.find(token) {
+                Some((i, hold)) => {
+                    let hold = Hold { expire_at, ..hold };
+                    *c = c.rebuilt(Some(i), Some((token, hold)));
+                    true
+                }
+                None => false,
+            },
+            Body::Indexed(x) => x.set_expiry(token, expire_at),
+        };
+        self.fit();
+        moved
+    }
+
+    pub fn remove(&mut self, token: &[u8]) -> Option<Hold> {
+        let hold = match &mut self.body {
+            Body::Compact(c) => {
+                let (i, hold) = c.find(token)?;
+                *c = c.rebuilt(Some(i), None);
+                hold
+            }
+            Body::Indexed(x) => x.remove(token)?,
+        };
+        self.fit();
+        Some(hold)
+    }
+
+    /// The first lease to end.
+    pub fn earliest(&self) -> Option<i64> {
+        match &self.body {
+            Body::Compact(c) => c.first().map(|(_, h)| h.expire_at),
+            Body::Indexed(x) => x.earliest(),
+        }
+    }
+
+    /// The last lease to end: the key's own expiry.
+    pub fn latest(&self) -> Option<i64> {
+        match &self.body {
+            Body::Compact(c) => c.last_expire_at(),
+            Body::Indexed(x) => x.latest(),
+        }
+    }
+
+    /// Takes out the next hold whose lease has ended at `now_ms`, if any.
+    pub fn pop_ended(&mut self, now_ms: i64) -> Option<(Box<[u8]>, Hold)> {
+        let popped = match &mut self.body {
+            Body::Compact(c) => {
+                let (token, hold) = c.first()?;
+                if !ended(hold.expire_at, now_ms) {
+                    return None;
+                }
+                let token: Box<[u8]> = token.into();
+                *c = c.rebuilt(Some(0), None);
+                (token, hold)
+            }
+            Body::Indexed(x) => x.pop_ended(now_ms)?,
+        };
+        self.fit();
+        Some(popped)
+    }
+
+    /// When the next lease end must be looked at (just after it ends), if
+    /// that is not already scheduled: the caller schedules it and this
+    /// remembers it. `None` when a look is due no later than needed.
+    pub fn look_needed(&self) -> Option<i64> {
+        let earliest = self.earliest()?;
+        let all_end_together = match &self.body {
+            // Stops at the first lease that ends later: no full decode.
+            Body::Compact(c) => c.iter().all(|(_, h)| h.expire_at == earliest),
+            Body::Indexed(_) => Some(earliest) == self.latest(),
+        };
+        if all_end_together {
+            // Every lease ends with the last one: the key's own TTL (the
+            // latest lease) ends them all, as it ends an exclusive lock, and
+            // a look per key would cost more memory than the key. Waiters
+            // ask for their own look at that moment.
+            return None;
+        }
+        let at = earliest.saturating_add(1);
+        match self.watched_by.get() {
+            w if w != NOT_WATCHED && w <= at => None,
+            _ => {
+                self.watched_by.set(at);
+                Some(at)
+            }
+        }
+    }
+
+    /// A scheduled look ran (`next`: the one it set up, if any), or none is
+    /// scheduled any more (`None`: the key moved, or its job was dropped).
+    pub fn set_watched(&self, next: Option<i64>) {
+        self.watched_by.set(next.unwrap_or(NOT_WATCHED));
+    }
+
+    /// The highest fence of any holder.
+    pub fn highest_fence(&self) -> u64 {
+        self.iter().map(|(_, h)| h.fence).max().unwrap_or(0)
+    }
+
+    /// Every hold, in the order the leases end.
+    pub fn iter(&self) -> Iter<'_> {
+        Iter(match &self.body {
+            Body::Compact(c) => Walk::Compact(c.iter()),
+            Body::Indexed(x) => Walk::Indexed(x.iter()),
+        })
+    }
+
+    /// Every hold, in grant order (by fence): for listing.
+    pub fn by_fence(&self) -> Vec<(&[u8], Hold)> {
+        let mut all: Vec<_> = self.iter().collect();
+        all.sort_unstable_by_key(|(_, h)| h.fence);
+        all
+    }
+
+    /// Bytes the holders take, themselves included, for `MEMORY USAGE`: the
+    /// compact form's block as the allocator rounds it; for the indexed
+    /// form an estimate (see `Indexed::heap_size`).
+    pub fn heap_size(&self) -> usize {
+        std::mem::size_of::<Holders>()
+            + match &self.body {
+                Body::Compact(c) => allocation(c.byte_len()),
+                Body::Indexed(x) => x.heap_size(),
+            }
+    }
+
+    /// Holders of `holds`, given in (lease end, fence) order, in the form
+    /// that fits their number.
+    fn from_sorted<'a>(
+        kind: Kind,
+        holds: impl Iterator<Item = (&'a [u8], Hold)> + Clone,
+    ) -> Holders {
+        let body = if holds.clone().count() <= COMPACT_MAX {
+            Some(Compact::from_sorted(holds.clone()))
+                .filter(|c| c.byte_len() <= COMPACT_MAX_BYTES)
+                .map(Body::Compact)
+        } else {
+            None
+        };
+        let body = body.unwrap_or_else(|| Body::Indexed(Box::new(Indexed::from_holds(holds))));
+        Holders::with_body(kind, body)
+    }
+
+    /// Switches form after a change, if the set crossed a threshold.
+    fn fit(&mut self) {
+        let switched = match &self.body {
+            Body::Compact(c) if c.len() > COMPACT_MAX || c.byte_len() > COMPACT_MAX_BYTES => {
+                Body::Indexed(Box::new(Indexed::from_holds(c.iter())))
+            }
+            Body::Indexed(x)
+                if x.len() <= COMPACT_AGAIN && x.stored_len_bound() <= COMPACT_AGAIN_BYTES =>
+            {
+                Body::Compact(Compact::from_sorted(x.iter()))
+            }
+            _ => return,
+        };
+        self.body = switched;
+    }
+}
+
+/// The block the allocator hands out for `n` bytes: jemalloc's size
+/// classes, which Redis uses (multiples of 16 up to 128, then four classes
+/// per doubling).
+fn allocation(n: usize) -> usize {
+    match n {
+        0..=8 => 8,
+        9..=128 => n.next_multiple_of(16),
+        _ => {
+            let below = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
+            n.next_multiple_of(below / 4)
+        }
+    }
+}
+
+/// The holds of a key, in the order the leases end.
+#[derive(Clone)]
+pub struct Iter<'a>(Walk<'a>);
+
+#[derive(Clone)]
+enum Walk<'a> {
+    Compact(compact::Iter<'a>),
+    Indexed(indexed::Iter<'a>),
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (&'a [u8], Hold);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        match &mut self.0 {
+            Walk::Compact(c) => c.next(),
+            Walk::Indexed(x) => x.next(),
+        }
+    }
+}
