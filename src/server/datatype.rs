@@ -2,6 +2,7 @@
 //! and rewritten into the AOF, and where the fence clock is kept in RDB files.
 
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -191,12 +192,24 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     })
 }
 
+/// The process that wrote the fence epoch to the AOF it rewrites.
+static EPOCH_WRITTEN_BY: AtomicU32 = AtomicU32::new(0);
+
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
     catch_panic::callback((), || {
+        // Each rewrite runs in a process of its own: the first record it
+        // writes is the fence epoch, which the RDB preamble would carry.
+        let pid = std::process::id();
+        if EPOCH_WRITTEN_BY.swap(pid, Ordering::Relaxed) != pid {
+            let epoch = state::with_clock(|c| c.epoch);
+            if epoch > 0 {
+                ffi::emit_aof_epoch(aof, epoch);
+            }
+        }
         // SAFETY: Redis passes a value of this type.
         match unsafe { stored(value) } {
             Stored::Single(lock) if lock.is_gate() => ffi::emit_aof_gate(aof, key, lock.fence()),

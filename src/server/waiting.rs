@@ -20,7 +20,7 @@ use crate::core::grant::Want;
 use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
-use crate::server::{catch_panic, reply, stats};
+use crate::server::{catch_panic, reply, state, stats};
 
 /// What a waiter asked for.
 #[derive(Clone)]
@@ -99,6 +99,12 @@ fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
     let waiter = with(|w| w.remove(handle))?;
     if with(|w| w.count(&waiter.lock)) == 0 {
         scheduler::cancel(&Job::Serve(waiter.lock.clone()));
+    } else if waiter.stage == Stage::Waiting {
+        // A waiter that leaves (timeout, closed connection) may have stood
+        // before others that fit now: the lock is looked at again at once.
+        if let Some(ctx) = state::detached_context() {
+            scheduler::soon(&ctx, Job::Serve(waiter.lock.clone()));
+        }
     }
     Some(waiter)
 }

@@ -136,6 +136,21 @@ pub fn emit_aof_gate(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleStr
     };
 }
 
+/// Writes the fence epoch to a rewritten AOF, ahead of the locks, as a
+/// promotion propagates it: the epoch of released locks is in no record.
+pub fn emit_aof_epoch(aof: *mut raw::RedisModuleIO, epoch: u64) {
+    // SAFETY: `aof` comes from Redis's rewrite callback; the format "l"
+    // matches a long long.
+    unsafe {
+        raw::RedisModule_EmitAOF.unwrap()(
+            aof,
+            c"LOCK._EPOCH".as_ptr(),
+            c"l".as_ptr(),
+            epoch as i64,
+        )
+    };
+}
+
 const HOLD: &CStr = c"LOCK._HOLD";
 /// `limits::HOLD_EFFECT_VERSION` as text (a number would be formatted by Redis
 /// on every call).
