@@ -71,12 +71,25 @@ bench: build
 
 # Long reliability runs (scripts/stress.sh): the torture test for minutes, the fuzz/
 # targets (random driver, and libFuzzer via cargo-fuzz), the command fuzzer with many
-# more cases, an integration subset under valgrind, and cargo-mutants over the core's unit
-# tests; prints a summary at the end. About 35 minutes on 2 cores; loopback only.
+# more cases, an integration subset under valgrind, cargo-mutants over the core's unit
+# tests, and the upgrade tests (as make upgrade-test); prints a summary at the end. About 35
+# minutes on 2 cores (3 more the first time, to build the previous release); loopback only.
 .PHONY: stress
 stress: build
 	scripts/stress.sh
 	@$(MAKE) --no-print-directory redis-py-lock-suite
+
+# The upgrade tests (tests/upgrade.rs) on each server of the matrix, against the previous
+# release's module, which scripts/previous-module.sh builds once into target/previous/.
+.PHONY: upgrade-test
+upgrade-test: build
+	@scripts/clients.sh
+	@previous=$$(scripts/previous-module.sh) && \
+	for server in $$(scripts/servers.sh); do \
+		echo "upgrade tests on $$server"; \
+		REDIS_SERVER=$$server REDISLOCK_PREVIOUS_MODULE=$$previous \
+			$(CARGO) test --release --test suite upgrade:: || exit 1; \
+	done
 
 # redis-py's own lock tests (of the installed release, fetched from PyPI at run time) with
 # lock_class swapped to redislock's; the tests that cannot apply are listed in the script.

@@ -16,6 +16,8 @@
 #   5. known bugs  the ignored tests of known module bugs, to see whether they still fail
 #   6. mutants     cargo-mutants over src/core against the unit tests (STRESS_MUTANTS=0 skips it):
 #                  every mutant must be caught, or be listed in .cargo/mutants.toml with a reason
+#   7. upgrade     tests/upgrade.rs against the previous release's module (built once by
+#                  scripts/previous-module.sh into target/previous/), on each server of the matrix
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
 # found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
@@ -248,6 +250,31 @@ if [ "$MUTANTS" != 0 ]; then
     else
         result "mutants: skipped (no cargo-mutants)"
     fi
+fi
+
+# 7. Upgrade from the previous release ------------------------------------------------------
+note "upgrade: tests/upgrade.rs against the previous release's module, on each server"
+if previous=$(scripts/previous-module.sh 2>"$logs/previous-module.log"); then
+    # Without the other servers (no target/pyenv), the first one alone.
+    servers=$(scripts/servers.sh 2>/dev/null) || servers=$(command -v redis-server)
+    n=0
+    for server in $servers; do
+        label=$("$server" --version | cut -d' ' -f1-3)
+        n=$((n + 1))
+        log="$logs/upgrade-server-$n.log"
+        t0=$(date +%s)
+        if REDIS_SERVER=$server REDISLOCK_PREVIOUS_MODULE=$previous \
+            cargo test --release --test suite upgrade:: >"$log" 2>&1; then
+            passed=$(sed -n 's/^test result: ok\. \([0-9]*\) passed.*/\1/p' "$log")
+            result "upgrade on $label: ${passed:-0} tests passed [$(elapsed $t0)s]"
+        else
+            grep -h "^test .*FAILED" "$log" | head
+            fail "upgrade on $label; see $log"
+        fi
+    done
+else
+    tail -20 "$logs/previous-module.log"
+    fail "upgrade: the previous release's module does not build; see $logs/previous-module.log"
 fi
 
 note "stress summary ($(elapsed $start_all)s, seed $SEED, logs in $logs)"

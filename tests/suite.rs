@@ -32,4 +32,5 @@ mod resources;
 mod restore_fuzz;
 mod server_states;
 mod timer_slices;
+mod upgrade;
 mod versions;

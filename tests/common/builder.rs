@@ -1,6 +1,6 @@
 //! `ServerBuilder`: a server with extra configuration, and how to stop one before a restart.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::*;
 
@@ -25,6 +25,7 @@ pub struct ServerBuilder {
     pub(crate) module_args: Vec<String>,
     pub(crate) replica_of: Option<u16>,
     pub(crate) cluster: bool,
+    pub(crate) module_file: Option<PathBuf>,
 }
 
 impl ServerBuilder {
@@ -44,6 +45,13 @@ impl ServerBuilder {
     /// Start without `--loadmodule` (for `MODULE LOAD` tests).
     pub fn without_module(mut self) -> Self {
         self.without_module = true;
+        self
+    }
+
+    /// Load this module file instead of the one under test (another build, e.g. an earlier
+    /// release's for the upgrade tests).
+    pub fn module_file(mut self, path: &Path) -> Self {
+        self.module_file = Some(path.to_path_buf());
         self
     }
 
@@ -93,7 +101,7 @@ impl ServerBuilder {
         let module = if self.without_module {
             None
         } else {
-            Some(module_path())
+            Some(self.module_file.unwrap_or_else(module_path))
         };
         let dir = unique_temp_dir();
         let mut config_file = None;
@@ -130,5 +138,13 @@ impl ServerBuilder {
             server.wait_replica_synced(master_port);
         }
         server
+    }
+}
+
+impl Server {
+    /// The module file the next `launch` or `restart` loads (the server must load one already).
+    pub fn set_module_file(&mut self, path: &Path) {
+        assert!(self.module.is_some(), "the server loads no module file");
+        self.module = Some(path.to_path_buf());
     }
 }
