@@ -7,7 +7,7 @@
 # The library goes to target/previous/<short-ref>/libredislock.so and is reused once built. The
 # source of REF is exported with `git archive` into target/previous/src/<short-ref>, and cargo
 # builds it in target/previous/build, shared by every REF, so that another REF rebuilds only
-# what changed. Needs the commit in the clone (not a shallow one) and crates.io for crates not
+# the module's own crate, not its dependencies. Needs the commit in the clone (not a shallow one) and crates.io for crates not
 # yet in cargo's cache; Cargo.lock pins them.
 set -euo pipefail
 
@@ -28,19 +28,23 @@ if [ -f "$out" ]; then
     exit 0
 fi
 
-# A fixed source path per commit: cargo's fingerprints then hold from one run to the next.
+# Exported once per commit.
 src="$root/target/previous/src/$short"
 if [ ! -f "$src/Cargo.toml" ]; then
-    tmp=$(mktemp -d "$root/target/previous-src.XXXXXX")
+    mkdir -p "$root/target/previous/src"
+    tmp=$(mktemp -d "$root/target/previous/src/.tmp.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
     git -C "$root" archive --format=tar "$short" | tar -x -C "$tmp"
-    mkdir -p "$(dirname "$src")"
     rm -rf "$src"
     mv "$tmp" "$src"
     trap - EXIT
 fi
 
 echo "previous-module: building $ref ($short) in target/previous/build" >&2
+# The target dir is shared by every REF, and cargo checks a package's files by their times, not
+# their path: sources older than the library last built there (git archive dates them at the
+# commit) would pass for up to date. Touched, they rebuild this crate; its dependencies stay.
+find "$src" -exec touch {} +
 "$cargo" build --release --locked --manifest-path "$src/Cargo.toml" \
     --target-dir "$root/target/previous/build" >&2
 mkdir -p "$(dirname "$out")"
