@@ -142,12 +142,7 @@ pub fn emit_aof_epoch(aof: *mut raw::RedisModuleIO, epoch: u64) {
     // SAFETY: `aof` comes from Redis's rewrite callback; the format "l"
     // matches a long long.
     unsafe {
-        raw::RedisModule_EmitAOF.unwrap()(
-            aof,
-            c"LOCK._EPOCH".as_ptr(),
-            c"l".as_ptr(),
-            epoch as i64,
-        )
+        raw::RedisModule_EmitAOF.unwrap()(aof, c"LOCK._EPOCH".as_ptr(), c"l".as_ptr(), epoch as i64)
     };
 }
 
