@@ -18,10 +18,13 @@
 #                  every mutant must be caught, or be listed in .cargo/mutants.toml with a reason
 #   7. upgrade     tests/upgrade.rs against the previous release's module (built once by
 #                  scripts/previous-module.sh into target/previous/), on each server of the matrix
+#   8. soak        tests/soak/ (random commands between restarts, reloads, rewrites, syncs and
+#                  failovers, checked against a model) for STRESS_SOAK_SECS (default 150) on each
+#                  server of the matrix, seed STRESS_SEED
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
 # found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
-# about 20 for the mutants.
+# about 20 for the mutants and STRESS_SOAK_SECS per server for the soak.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +44,7 @@ COMMAND_CASES=${STRESS_COMMAND_CASES:-100000}
 RESTORE_CASES=${STRESS_RESTORE_CASES:-200000}
 VALGRIND=${STRESS_VALGRIND:-1}
 MUTANTS=${STRESS_MUTANTS:-1}
+SOAK_SECS=${STRESS_SOAK_SECS:-150}
 SEED=${STRESS_SEED:-$(date +%s)}
 
 declare -a summary=()
@@ -276,6 +280,28 @@ else
     tail -20 "$logs/previous-module.log"
     fail "upgrade: the previous release's module does not build; see $logs/previous-module.log"
 fi
+
+# 8. Operations soak -----------------------------------------------------------------------
+note "soak: ${SOAK_SECS}s on each server, seed $SEED"
+servers=$(scripts/servers.sh 2>/dev/null) || servers=$(command -v redis-server)
+n=0
+for server in $servers; do
+    label=$("$server" --version | cut -d' ' -f1-3)
+    n=$((n + 1))
+    log="$logs/soak-server-$n.log"
+    t0=$(date +%s)
+    # The soak stops itself after SOAK_SECS; the timeout catches a step that never ends.
+    REDIS_SERVER=$server SEED=$SEED SOAK_SECS=$SOAK_SECS \
+        timeout --kill-after=10 $((SOAK_SECS + 300)) \
+        cargo test --release --test suite soak::random -- --nocapture >"$log" 2>&1
+    rc=$?
+    grep -h "^SOAK-SUMMARY" "$log" || grep -h -A3 "soak failed" "$log" || tail -20 "$log"
+    if [ $rc -eq 0 ]; then
+        result "soak on $label: $(field SOAK-SUMMARY "$log" steps) steps, $(field SOAK-SUMMARY "$log" operations) operations ($(field SOAK-SUMMARY "$log" restarts) restarts or failovers), $(field SOAK-SUMMARY "$log" grants) grants, $(field SOAK-SUMMARY "$log" handoffs) handoffs, 0 problems [$(elapsed $t0)s]"
+    else
+        fail "soak on $label (exit $rc); see $log"
+    fi
+done
 
 note "stress summary ($(elapsed $start_all)s, seed $SEED, logs in $logs)"
 for s in "${summary[@]}"; do

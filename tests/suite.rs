@@ -31,6 +31,7 @@ mod resharding;
 mod resources;
 mod restore_fuzz;
 mod server_states;
+mod soak;
 mod timer_slices;
 mod upgrade;
 mod versions;

@@ -2,24 +2,32 @@
 //! pure function of the key's state in the model; when a stall let a lease end or a deadline
 //! pass while the command was on its way, the key is judged again with those ended first.
 
+use std::time::Duration;
+
 use crate::common::*;
 
-use super::model::{refusal_text, Decision, Hold, Lock, Ms, Span, Waiter, Want};
+use super::model::{is_generated, refusal_text, Decision, Hold, Lock, Ms, Span, Waiter};
 use super::pick::{self, counter_of, gate_of, value_of, Cmd, Draws, Inner};
 use super::slots::Reply;
-use super::{Soak, R, SERVES_WHEN_A_WAITER_LEAVES};
+use super::{Soak, R};
 
 /// What a judged reply does to the key in the model.
 enum Effect {
     Nothing,
     Grant(Hold),
-    Regrant { token: Vec<u8>, lease: Span, client: i64 },
+    Regrant {
+        token: Vec<u8>,
+        lease: Span,
+        client: i64,
+    },
     Queue(Waiter),
     Release(Vec<u8>),
     Extend(Vec<u8>, Span),
     DeleteAll,
     /// A guard ran its inner command.
     Guarded,
+    /// An acquire answered nil or refused.
+    Refused,
 }
 
 fn expect(reply: &Reply, want: &Reply, what: &str) -> R<Effect> {
@@ -28,10 +36,6 @@ fn expect(reply: &Reply, want: &Reply, what: &str) -> R<Effect> {
     } else {
         Err(format!("{what}: answered {reply}, expected {want}"))
     }
-}
-
-fn is_generated(token: &[u8]) -> bool {
-    token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// The reply the inner command of a guard gives, from the data keys in the model.
@@ -51,9 +55,9 @@ impl Soak {
         let mut cmd = pick::command(d, &self.model, self.step);
         let free = self.free_slots();
         let slot = free[d.below(free.len())];
-        if let Cmd::Acquire { key, want, block, .. } = &mut cmd {
+        if let Cmd::Acquire { key, block, .. } = &mut cmd {
             self.settle(key)?;
-            *block = self.allowed_block(key, *want, *block, free.len());
+            *block = self.allowed_block(*block, free.len());
         }
         let argv = pick::argv(d, &cmd);
         self.model.tally.commands += 1;
@@ -79,7 +83,10 @@ impl Soak {
                     (Some(reply), span)
                 };
                 let shown = reply.as_ref().map_or("(blocked)".into(), |r| r.to_string());
-                self.note(format!("slot {slot}> {} -> {shown}", super::slots::show_argv(&argv)));
+                self.note(format!(
+                    "slot {slot}> {} -> {shown}",
+                    super::slots::show_argv(&argv)
+                ));
                 let judge = |lock: &Lock| {
                     let d = lock.decide(want, token.as_deref(), !lock.queue.is_empty());
                     let lease = span.plus(ttl.ms());
@@ -94,28 +101,43 @@ impl Soak {
                             ephemeral,
                             deadline: span.plus(block.unwrap_or(0)),
                         })),
-                        (Decision::Busy, Some(Reply::Nil)) if block.is_none() => Ok(Effect::Nothing),
+                        (Decision::Busy, Some(Reply::Nil)) if block.is_none() => {
+                            Ok(Effect::Refused)
+                        }
                         (Decision::Grant, Some(Reply::Grant(t, fence))) => {
                             let fresh = match &token {
                                 Some(given) => t == given,
                                 None => is_generated(t) && lock.hold(t).is_none(),
                             };
                             if !fresh {
-                                return Err(format!("granted with the wrong token {}", reply_text(&reply)));
+                                return Err(format!(
+                                    "granted with the wrong token {}",
+                                    reply_text(&reply)
+                                ));
                             }
                             let (token, fence, want) = (t.clone(), *fence, want);
-                            Ok(Effect::Grant(Hold { token, fence, want, lease, client }))
+                            Ok(Effect::Grant(Hold {
+                                token,
+                                fence,
+                                want,
+                                lease,
+                                client,
+                            }))
                         }
                         (Decision::Regrant, Some(Reply::Grant(t, fence)))
                             if token.as_ref() == Some(t)
                                 && lock.hold(t).is_some_and(|h| h.fence == *fence) =>
                         {
-                            Ok(Effect::Regrant { token: t.clone(), lease, client })
+                            Ok(Effect::Regrant {
+                                token: t.clone(),
+                                lease,
+                                client,
+                            })
                         }
                         (Decision::Mismatch(_) | Decision::OtherMode, Some(Reply::Err(e)))
                             if *e == refusal_text(d) =>
                         {
-                            Ok(Effect::Nothing)
+                            Ok(Effect::Refused)
                         }
                         _ => Err(format!(
                             "LOCK.ACQUIRE answered {}, expected {d:?} (block {block:?})",
@@ -175,7 +197,9 @@ impl Soak {
                     }
                     _ => {
                         expect(&reply, &inner_reply(self, &key, inner), "LOCK.FENCE")?;
-                        self.model.gates.insert(gate_of(&key), fence.max(gate.unwrap_or(0)));
+                        self.model
+                            .gates
+                            .insert(gate_of(&key), fence.max(gate.unwrap_or(0)));
                         self.model.tally.guarded_writes += 1;
                         self.wrote(&key, inner);
                     }
@@ -183,7 +207,9 @@ impl Soak {
                 Ok(())
             }
             Cmd::Info { key } => {
-                self.note(format!("slot {slot}> LOCK.INFO {key} (checked against the model)"));
+                self.note(format!(
+                    "slot {slot}> LOCK.INFO {key} (checked against the model)"
+                ));
                 self.check_lock(&key)
             }
             Cmd::Del { key, gate: true } => {
@@ -196,41 +222,38 @@ impl Soak {
                 let (reply, span) = self.logged_call(slot, &argv)?;
                 let effect = self.judged(&key, span, |lock| {
                     let had = !lock.holds.is_empty();
-                    expect(&reply, &Reply::Int(i64::from(had)), "DEL of a lock")
-                        .map(|_| if had { Effect::DeleteAll } else { Effect::Nothing })
+                    expect(&reply, &Reply::Int(i64::from(had)), "DEL of a lock").map(|_| {
+                        if had {
+                            Effect::DeleteAll
+                        } else {
+                            Effect::Nothing
+                        }
+                    })
                 })?;
-                self.apply(&key, effect, Span::new(span.lo, span.hi + super::serve::late()))
+                self.apply(
+                    &key,
+                    effect,
+                    Span::new(span.lo, span.hi + super::serve::late()),
+                )
             }
             Cmd::Close { slot, kill } => self.close_command(slot, kill),
             Cmd::Idle => self.idle(),
+            Cmd::Odd { seed } => self.odd(seed),
         }
     }
 
     fn logged_call(&mut self, slot: usize, argv: &[Vec<u8>]) -> R<(Reply, Span)> {
         let (reply, span) = self.call(slot, argv)?;
-        self.note(format!("slot {slot}> {} -> {reply}", super::slots::show_argv(argv)));
+        self.note(format!(
+            "slot {slot}> {} -> {reply}",
+            super::slots::show_argv(argv)
+        ));
         Ok((reply, span))
     }
 
-    /// `BLOCK` as far as the soak can follow it: a slot stays free for plain commands, and
-    /// (while the module does not serve the queue when a waiter leaves) a shared waiter must
-    /// not outlast an exclusive waiter ahead of it.
-    fn allowed_block(&self, key: &str, want: Want, block: Option<Ms>, free: usize) -> Option<Ms> {
-        let block = block.filter(|_| free >= 2)?;
-        if SERVES_WHEN_A_WAITER_LEAVES || want != Want::Shared {
-            return Some(block);
-        }
-        let lock = self.model.peek(key);
-        let first_exclusive = lock
-            .queue
-            .iter()
-            .filter(|w| w.want == Want::Exclusive)
-            .map(|w| w.deadline.lo)
-            .min();
-        match first_exclusive {
-            None => Some(block),
-            Some(lo) => Some(block.min(lo - now_ms() - 100)).filter(|&b| b >= 20),
-        }
+    /// `BLOCK` as far as the soak can follow it: a slot stays free for plain commands.
+    fn allowed_block(&self, block: Option<Ms>, free: usize) -> Option<Ms> {
+        block.filter(|_| free >= 2)
     }
 
     /// Judges a reply against the key's state; if that fails and a lease end or deadline
@@ -246,7 +269,10 @@ impl Soak {
         if !stalled {
             return Err(first);
         }
-        self.note(format!("  (a stall: {key} judged again with what ended by {})", span.hi));
+        self.note(format!(
+            "  (a stall: {key} judged again with what ended by {})",
+            span.hi
+        ));
         self.end_by(key, span.hi)?;
         judge(&self.model.peek(key)).map_err(|e| format!("{first}; with what ended first: {e}"))
     }
@@ -255,13 +281,18 @@ impl Soak {
         let lock = self.model.lock(key);
         match effect {
             Effect::Nothing | Effect::Guarded => {}
+            Effect::Refused => self.model.tally.refused += 1,
             Effect::Grant(h) => {
                 let fence = h.fence;
                 lock.holds.push(h);
                 self.model.new_fence(key, fence)?;
                 self.model.tally.grants += 1;
             }
-            Effect::Regrant { token, lease, client } => {
+            Effect::Regrant {
+                token,
+                lease,
+                client,
+            } => {
                 let h = lock.hold_mut(&token).expect("held");
                 (h.lease, h.client) = (lease, client);
                 self.model.tally.regrants += 1;
@@ -287,7 +318,9 @@ impl Soak {
         match inner {
             Inner::Incr => *self.model.counters.entry(counter_of(key)).or_insert(0) += 1,
             Inner::Set(v) => {
-                self.model.values.insert(value_of(key), v.to_string().into_bytes());
+                self.model
+                    .values
+                    .insert(value_of(key), v.to_string().into_bytes());
             }
             Inner::Get => {}
         }
@@ -298,21 +331,43 @@ impl Soak {
             if self.answered_early(slot, &key)? {
                 return Ok(());
             }
-            let lock = self.model.peek(&key);
-            let at = lock.queue.iter().position(|w| w.slot == slot).expect("queued");
-            let shared_behind = lock.queue.iter().skip(at + 1).any(|w| w.want == Want::Shared);
-            if !SERVES_WHEN_A_WAITER_LEAVES && lock.queue[at].want == Want::Exclusive && shared_behind
-            {
-                // See allowed_block: the shared waiter behind would not be served.
-                return Ok(());
-            }
         }
         let how = if kill { "CLIENT KILL ID" } else { "close" };
-        self.note(format!("slot {slot}: {how} (client {})", self.slots[slot].id));
+        self.note(format!(
+            "slot {slot}: {how} (client {})",
+            self.slots[slot].id
+        ));
         self.close_slot(slot, kill)
     }
 
-    /// Lets time pass up to the next lease end or deadline (at most 300 ms), so that leases
+    /// An odd call: whatever it answers (mostly an error), the server stays up, which every
+    /// check looks at. A call that blocks is left by closing its connection.
+    fn odd(&mut self, seed: u64) -> R {
+        let mut r = super::gen::Rng::new(seed);
+        let cmd = *r.pick(&super::gen::Command::ALL);
+        let argv = super::gen::fuzz_argv(&mut r, cmd);
+        let conn = self
+            .odd
+            .get_or_insert_with(|| RawConn::connect(&self.master));
+        let _ = conn
+            .stream()
+            .set_read_timeout(Some(Duration::from_millis(300)));
+        conn.send(&argv);
+        let reply = conn.read();
+        let shown = super::slots::show_argv(&argv);
+        match reply {
+            Ok(r) => self.note(format!("odd> {shown} -> {}", Reply::of(r))),
+            Err(e) => {
+                self.note(format!("odd> {shown} -> ({e}: closed)"));
+                if let Some(c) = self.odd.take() {
+                    c.close();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets time pass up to the next lease end or deadline (at most 150 ms), so that leases
     /// end by themselves and waiters are handed what they free.
     fn idle(&mut self) -> R {
         let now = now_ms();
@@ -327,7 +382,7 @@ impl Soak {
             .filter(|&t| t >= now)
             .min()
             .unwrap_or(now + 50)
-            .min(now + 300);
+            .min(now + 150);
         self.note(format!("idle {} ms", next + 1 - now));
         sleep_until_wall_ms(next);
         self.settle_all()

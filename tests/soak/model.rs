@@ -63,6 +63,7 @@ pub struct Waiter {
     /// The soak's client slot that waits (its connection is blocked).
     pub slot: usize,
     pub client: i64,
+    /// Empty for `*`: the server generates the token when it grants.
     pub token: Vec<u8>,
     pub want: Want,
     pub ttl: Ms,
@@ -168,9 +169,11 @@ impl Lock {
 /// The error text of a refused request (SPEC "Errors", the module's wording).
 pub fn refusal_text(d: Decision) -> String {
     match d {
-        Decision::Mismatch(None) => "ERR the key is a read/write lock (exclusive or SHARED holds), \
+        Decision::Mismatch(None) => {
+            "ERR the key is a read/write lock (exclusive or SHARED holds), \
              not a semaphore: LIMIT does not apply"
-            .to_string(),
+                .to_string()
+        }
         Decision::Mismatch(Some(limit)) => {
             format!("ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}")
         }
@@ -198,6 +201,9 @@ pub struct Tally {
     pub stale_fences: u64,
     pub restarts: u64,
     pub checks: u64,
+    /// Time spent in operations, and waiting out leases and deadlines near a command.
+    pub operation_ms: i64,
+    pub waited_ms: i64,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -248,20 +254,21 @@ impl Model {
             }
         }
     }
+}
 
-    /// Waiters that are in the queue of `key`, by slot.
-    pub fn waiting_slots(&self) -> Vec<(String, usize)> {
-        self.locks
-            .iter()
-            .flat_map(|(k, l)| l.queue.iter().map(move |w| (k.clone(), w.slot)))
-            .collect()
-    }
+/// A token the server generated for `*`: 32 lowercase hex characters.
+pub fn is_generated(token: &[u8]) -> bool {
+    token.len() == 32 && token.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// A token as the failure messages show it.
 pub fn show(token: &[u8]) -> String {
     if token.len() > 24 {
-        format!("<{} bytes {}…>", token.len(), String::from_utf8_lossy(&token[..8]))
+        format!(
+            "<{} bytes {}…>",
+            token.len(),
+            String::from_utf8_lossy(&token[..8])
+        )
     } else {
         format!("{:?}", String::from_utf8_lossy(token))
     }

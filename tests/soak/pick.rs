@@ -3,34 +3,23 @@
 //! Every step takes the same number of draws from the generator whatever it does with them,
 //! so that a seed replays the same sequence of choices even where the servers' timing (a lease
 //! that ended a millisecond earlier) changed what a choice found.
+//!
+//! The generator is the fuzz crate's (`fuzz/src/gen.rs`), and so are the odd commands
+//! (`Cmd::Odd`). Its well-formed calls choose keys, tokens, kinds and fences blindly; the
+//! commands here are picked from the model instead (a holder's token, the key's kind, a
+//! fence it granted), so that most of them do something.
 
+use super::gen::Rng;
 use super::model::{Lock, Model, Ms, Want};
 
-/// splitmix64: small, and the same sequence for the same seed everywhere.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// The draws of one step.
-    pub fn draws(&mut self) -> Draws {
-        let mut v = [0; DRAWS];
-        v.iter_mut().for_each(|x| *x = self.next_u64());
-        Draws { v, i: 0 }
-    }
+/// The step's draws, from the fuzz crate's generator.
+pub fn draws(rng: &mut Rng) -> Draws {
+    let mut v = [0; DRAWS];
+    v.iter_mut().for_each(|x| *x = rng.next_u64());
+    Draws { v, i: 0 }
 }
 
-const DRAWS: usize = 32;
+const DRAWS: usize = 64;
 
 /// A step's fixed supply of random numbers.
 pub struct Draws {
@@ -39,7 +28,7 @@ pub struct Draws {
 }
 
 impl Draws {
-    fn next(&mut self) -> u64 {
+    pub fn next(&mut self) -> u64 {
         let x = self.v[self.i % DRAWS];
         self.i += 1;
         x
@@ -164,6 +153,11 @@ pub enum Cmd {
     },
     /// Let time pass until the next lease end or deadline (bounded).
     Idle,
+    /// An odd call of one of the module's commands, for the parsers (`gen::fuzz_argv`, from
+    /// this seed), on a key of its own that the model leaves alone.
+    Odd {
+        seed: u64,
+    },
 }
 
 fn ttl(d: &mut Draws) -> Ttl {
@@ -214,7 +208,14 @@ fn want(d: &mut Draws, lock: &Lock) -> Want {
 
 /// A client command on a random key. `step` makes tokens unique where a fresh one is needed.
 pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
-    let key = KEYS[d.below(KEYS.len())].to_string();
+    // Some keys busier than others, so that requests meet and queue.
+    let key = match d.below(100) {
+        0..=39 => KEYS[0],
+        40..=69 => KEYS[1],
+        70..=89 => KEYS[2],
+        _ => KEYS[3],
+    }
+    .to_string();
     let lock = model.peek(&key);
     match d.below(100) {
         0..=37 => {
@@ -233,8 +234,18 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
             }
             let ttl = ttl(d);
             let ephemeral = d.chance(20);
-            let (blocking, short, long) = (d.chance(30), d.between(20, 200), d.between(200, 2500));
-            let block = blocking.then_some(if d.chance(50) { short } else { long });
+            let (blocking, short, long) = (d.chance(45), d.between(20, 200), d.between(200, 2500));
+            let mut block = blocking.then_some(if d.chance(50) { short } else { long });
+            // Queues that mix modes, now and then: a writer waiting behind readers, and
+            // readers waiting behind that writer (first come, first served; no overtaking).
+            let readers = lock.holds.first().is_some_and(|h| h.want == Want::Shared);
+            let writer_waits = lock.queue.iter().any(|w| w.want == Want::Exclusive);
+            if readers && d.chance(30) && lock.hold(&token).is_none() {
+                (want, block) = match writer_waits {
+                    false => (Want::Exclusive, Some(short)),
+                    true => (Want::Shared, Some(long)),
+                };
+            }
             Cmd::Acquire {
                 key,
                 token: (!generated).then_some(token),
@@ -281,10 +292,11 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
             gate: d.chance(15),
             key,
         },
-        88..=93 => Cmd::Close {
+        88..=92 => Cmd::Close {
             slot: d.below(super::slots::SLOTS),
             kill: d.chance(50),
         },
+        93..=96 => Cmd::Odd { seed: d.next() },
         _ => Cmd::Idle,
     }
 }
@@ -360,7 +372,7 @@ pub fn argv(d: &mut Draws, cmd: &Cmd) -> Vec<Vec<u8>> {
             let k = if *gate { gate_of(key) } else { key.clone() };
             argv = vec![d.cased("DEL"), k.into()];
         }
-        Cmd::Close { .. } | Cmd::Idle => {}
+        Cmd::Close { .. } | Cmd::Idle | Cmd::Odd { .. } => {}
     }
     argv
 }

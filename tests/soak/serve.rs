@@ -1,7 +1,7 @@
 //! Time in the model: leases that end by themselves, waiters whose `BLOCK` timeout passes, and
 //! the handoff of freed room to the waiters, each checked against the replies the waiters get.
 //!
-//! A hold whose lease ends within `GUARD` of a command makes that command's outcome depend on
+//! A hold whose lease ends within `guard()` of a command makes that command's outcome depend on
 //! timing, so before touching a key the soak waits until such leases have passed (and such
 //! waiters have been answered); what remains is certain.
 
@@ -43,7 +43,10 @@ impl Soak {
             };
             let h = self.model.lock(&key).remove_hold(&token).expect("hold");
             self.model.tally.lease_ends += 1;
-            self.note(format!("  lease end {key} {}", super::model::show(&h.token)));
+            self.note(format!(
+                "  lease end {key} {}",
+                super::model::show(&h.token)
+            ));
             // The server frees it once its clock is past the lease, by a timer or on access.
             let freed = Span::new(h.lease.lo + 1, h.lease.hi + 1 + late());
             self.serve(&key, freed)?;
@@ -61,6 +64,7 @@ impl Soak {
             let ending = lock.holds.iter().filter(|h| h.lease.lo <= now + guard());
             if let Some(hi) = ending.map(|h| h.lease.hi).max() {
                 sleep_until_wall_ms(hi);
+                self.model.tally.waited_ms += now_ms() - now;
                 continue;
             }
             let Some(w) = lock
@@ -69,6 +73,21 @@ impl Soak {
                 .find(|w| w.deadline.lo <= now + guard())
                 .cloned()
             else {
+                // Nothing else can have answered a waiter.
+                for w in &lock.queue {
+                    if self.reply_ready(w.slot) {
+                        let reply = self.read(w.slot)?;
+                        return Err(format!(
+                            "waiter {} (slot {}) on {key} answered {reply}, though the model \
+                             has it waiting (deadline {:?}, {} ms from now) and nothing freed room \
+                             for it: {lock:?}",
+                            super::model::show(&w.token),
+                            w.slot,
+                            w.deadline,
+                            w.deadline.lo - now
+                        ));
+                    }
+                }
                 return Ok(());
             };
             // Its wait ends at its deadline: nil, since nothing freed room for it (that would
@@ -85,7 +104,7 @@ impl Soak {
             self.note(format!("  slot {} timed out on {key}", w.slot));
             self.model.tally.wait_timeouts += 1;
             self.model.lock(key).queue.retain(|x| x.slot != w.slot);
-            self.left(key, w.deadline.lo, now_ms())?;
+            self.left(key, w.deadline.lo, w.deadline.hi)?;
         }
     }
 
@@ -111,19 +130,17 @@ impl Soak {
                     return Err(format!("slot {} answered {reply} at its deadline", w.slot));
                 }
                 self.model.lock(key).queue.retain(|x| x.slot != w.slot);
-                self.left(key, w.deadline.lo, now_ms())?;
+                self.left(key, w.deadline.lo, w.deadline.hi)?;
             }
         }
         Ok(())
     }
 
     /// A waiter left the queue of `key` (deadline or closed connection) between `lo` and
-    /// `hi`: if the module serves the queue then, the ones behind it may now be granted.
+    /// `hi`: the ones behind it that fit now are granted (SPEC: a waiter is answered as soon
+    /// as the lock can be granted).
     pub fn left(&mut self, key: &str, lo: Ms, hi: Ms) -> R {
-        if super::SERVES_WHEN_A_WAITER_LEAVES {
-            self.serve(key, Span::new(lo, hi + late()))?;
-        }
-        Ok(())
+        self.serve(key, Span::new(lo, hi + late()))
     }
 
     pub fn settle_all(&mut self) -> R {
@@ -137,12 +154,16 @@ impl Soak {
     /// following waiter while it fits, is granted (or refused, if its request does not fit
     /// the key's kind). Each waiter's own reply says whether its wait had ended first.
     pub fn serve(&mut self, key: &str, freed: Span) -> R {
+        // A waiter that turns out to have left (its deadline) freed the head of the queue
+        // when it left, maybe before `freed`: the ones after it may have been granted then.
+        let mut since = freed.lo;
         loop {
             let lock = self.model.peek(key);
             let Some(w) = lock.queue.front().cloned() else {
                 return Ok(());
             };
-            let d = lock.decide(w.want, Some(&w.token), false);
+            let given = (!w.token.is_empty()).then_some(&w.token[..]);
+            let d = lock.decide(w.want, given, false);
             if d == Decision::Busy {
                 return Ok(());
             }
@@ -168,6 +189,7 @@ impl Soak {
                 (Reply::Nil, _) => {
                     self.note(format!("  {who}: timed out"));
                     self.model.tally.wait_timeouts += 1;
+                    since = since.min(w.deadline.lo);
                 }
                 (_, _) if gone => {
                     return Err(format!(
@@ -177,15 +199,19 @@ impl Soak {
                     ));
                 }
                 (Reply::Grant(token, fence), Decision::Grant) => {
-                    if *token != w.token {
+                    let right = match given {
+                        Some(t) => token == t,
+                        None => super::model::is_generated(token) && lock.hold(token).is_none(),
+                    };
+                    if !right {
                         return Err(format!("{who} was granted with token {reply}"));
                     }
                     self.model.new_fence(key, *fence)?;
                     self.model.lock(key).holds.push(Hold {
-                        token: w.token.clone(),
+                        token: token.clone(),
                         fence: *fence,
                         want: w.want,
-                        lease: Span::new(freed.lo, t_read).plus(w.ttl),
+                        lease: Span::new(since, t_read).plus(w.ttl),
                         client: if w.ephemeral { w.client } else { 0 },
                     });
                     self.model.tally.handoffs += 1;
@@ -196,7 +222,7 @@ impl Soak {
                     if h.fence != *fence {
                         return Err(format!("{who} re-granted {reply}, fence was {}", h.fence));
                     }
-                    h.lease = Span::new(freed.lo, t_read).plus(w.ttl);
+                    h.lease = Span::new(since, t_read).plus(w.ttl);
                     h.client = if w.ephemeral { w.client } else { 0 };
                 }
                 (Reply::Err(text), Decision::Mismatch(_) | Decision::OtherMode)
@@ -222,13 +248,18 @@ impl Soak {
                 return Err(format!("CLIENT KILL ID {id} killed {killed}"));
             }
         } else {
-            let _ = self.slots[i].conn.stream().shutdown(std::net::Shutdown::Both);
+            let _ = self.slots[i]
+                .conn
+                .stream()
+                .shutdown(std::net::Shutdown::Both);
         }
         wait_client_gone(&mut self.mc, id);
         let pending = |s: &Server| stat(s, "ephemeral_pending");
-        wait_until("closed connections' holds released", Duration::from_secs(5), || {
-            pending(&self.master) == 0
-        });
+        wait_until(
+            "closed connections' holds released",
+            Duration::from_secs(5),
+            || pending(&self.master) == 0,
+        );
         let t1 = now_ms();
         self.reconnect_slot(i);
         if let Some(key) = waiting {

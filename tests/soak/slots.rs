@@ -12,7 +12,7 @@ use super::{Soak, R};
 
 /// Number of client slots. Waiters occupy a slot until answered; one slot is always kept free
 /// for plain commands.
-pub const SLOTS: usize = 5;
+pub const SLOTS: usize = 6;
 
 pub struct Slot {
     pub conn: RawConn,
@@ -98,6 +98,7 @@ impl Soak {
         }
         self.slots = (0..SLOTS).map(|_| connect(&self.master)).collect();
         self.mc = self.master.conn();
+        self.odd = None;
     }
 
     pub fn reconnect_slot(&mut self, i: usize) {
@@ -118,7 +119,10 @@ impl Soak {
         self.slots[i].waiting = None;
         match self.slots[i].conn.read() {
             Ok(r) => Ok(Reply::of(r)),
-            Err(e) => Err(format!("slot {i} (client {}): no reply: {e}", self.slots[i].id)),
+            Err(e) => Err(format!(
+                "slot {i} (client {}): no reply: {e}",
+                self.slots[i].id
+            )),
         }
     }
 
@@ -127,7 +131,8 @@ impl Soak {
         let stream = self.slots[i].conn.stream();
         stream.set_nonblocking(true).expect("nonblocking");
         let mut b = [0u8; 1];
-        let ready = !matches!(stream.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        let ready =
+            !matches!(stream.peek(&mut b), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
         stream.set_nonblocking(false).expect("blocking");
         ready
     }

@@ -1,0 +1,229 @@
+//! Seeded random operations soak (SPEC "Wave 2", "Wave 4 > Operations"): random sequences of
+//! every command and option — exclusive, `SHARED` and `LIMIT n` holds, `EPHEMERAL` holds,
+//! generated tokens, re-grants, releases, extends, `LOCK.CALL` and `LOCK.FENCE` writes, `BLOCK`
+//! waits served by handoff, leases that end by themselves, `DEL` of locks and gates, closed and
+//! killed connections — interleaved with operations: restarts from the AOF and from RDB
+//! snapshots, `DEBUG RELOAD`, `DEBUG LOADAOF`, `BGREWRITEAOF`, the replica's full and partial
+//! syncs and restarts, and `FAILOVER`.
+//!
+//! A model (`model.rs`) follows what the clients were told; after every operation, and every
+//! `CHECK_EVERY` steps, the servers must be up with no crash in their logs, every lock, gate and
+//! data key must be as the model says (TTLs never beyond the lease granted), and master and
+//! replica must have equal digests. Every grant's fence must exceed all earlier ones of its
+//! name, over the whole run.
+//!
+//! `SEED` (default: the time) replays a run; `SOAK_SECS` (default 25; 0: no limit) and
+//! `SOAK_STEPS` (default: no limit) bound it, whichever ends first:
+//! `SEED=n SOAK_STEPS=m SOAK_SECS=0 cargo test --release --test suite soak`. A failure names
+//! the seed, the step and the steps before it. `make stress` runs it longer.
+
+// The fuzz crate's generator stands alone so that tests can include it; the soak uses part.
+#[allow(dead_code)]
+#[path = "../../fuzz/src/gen.rs"]
+mod gen;
+
+mod check;
+mod cmds;
+mod model;
+mod ops;
+mod pick;
+mod serve;
+mod slots;
+
+mod found;
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::{Duration, Instant};
+
+use redis::Connection;
+
+use crate::common::*;
+
+use gen::Rng;
+use model::Model;
+use slots::Slot;
+
+pub type R<T = ()> = Result<T, String>;
+
+/// Whether a restart from an AOF rewritten without the RDB preamble keeps the fence epoch of
+/// a promotion when no lock or gate was left to rewrite (SPEC "Fencing tokens": fences after a
+/// restart exceed every fence before it). The module writes the epoch with the first lock or
+/// gate it rewrites, so such a rewrite has none, and fences after the restart fall back below
+/// the promoted epoch's: see `found::a_plain_aof_rewrite_of_no_lock_keeps_the_fence_epoch`.
+/// While false, a rewrite after a failover goes without the preamble only while a gate exists
+/// (gates do not expire); set it to true once fixed.
+pub const EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH: bool = false;
+
+/// A full check every this many steps (operations are always followed by one).
+const CHECK_EVERY: u64 = 25;
+/// Percent of steps that are operations rather than client commands.
+const OPERATION_PERCENT: usize = 3;
+
+struct Config {
+    seed: u64,
+    steps: Option<u64>,
+    secs: u64,
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl Config {
+    fn from_env() -> Config {
+        Config {
+            seed: env_u64("SEED").unwrap_or_else(|| now_ms() as u64),
+            steps: env_u64("SOAK_STEPS"),
+            secs: env_u64("SOAK_SECS").unwrap_or(25),
+        }
+    }
+}
+
+pub struct Soak {
+    pub master: Server,
+    pub replica: Server,
+    /// A connection to the master for checks and operations.
+    pub mc: Connection,
+    pub slots: Vec<Slot>,
+    /// The connection of the odd commands (`Cmd::Odd`), if open.
+    pub odd: Option<RawConn>,
+    pub model: Model,
+    pub step: u64,
+    /// A failover has happened: the master's fences are in a promoted epoch.
+    pub promoted: bool,
+    seed: u64,
+    rng: Rng,
+    /// The steps so far, for a failure message (the latest) and its log file (all).
+    recent: Vec<String>,
+}
+
+impl Soak {
+    fn new(seed: u64) -> Soak {
+        let master = Server::builder()
+            .set("appendonly", "yes")
+            .set("appendfsync", "always")
+            .set("aof-use-rdb-preamble", "yes")
+            .start();
+        let replica = ops::start_replica(&master);
+        let mc = master.conn();
+        let mut soak = Soak {
+            master,
+            replica,
+            mc,
+            slots: Vec::new(),
+            odd: None,
+            model: Model::default(),
+            step: 0,
+            promoted: false,
+            seed,
+            rng: Rng::new(seed),
+            recent: Vec::new(),
+        };
+        soak.connect_slots();
+        soak
+    }
+
+    pub fn note(&mut self, line: String) {
+        self.recent.push(format!("[{}] {line}", self.step));
+    }
+
+    fn one_step(&mut self) -> R {
+        let mut d = pick::draws(&mut self.rng);
+        if d.chance(OPERATION_PERCENT) {
+            let t0 = now_ms();
+            let r = self.operation(&mut d);
+            self.model.tally.operation_ms += now_ms() - t0;
+            return r;
+        }
+        self.command(&mut d)?;
+        if self.step.is_multiple_of(CHECK_EVERY) {
+            self.check_all()?;
+        }
+        Ok(())
+    }
+
+    fn run(&mut self, cfg: &Config) -> R<String> {
+        let started = Instant::now();
+        let time_up = |s: u64| cfg.secs > 0 && started.elapsed() >= Duration::from_secs(s);
+        while cfg.steps.is_none_or(|n| self.step < n) && !time_up(cfg.secs) {
+            self.step += 1;
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.one_step()));
+            let failed = match outcome {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(panic) => panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "a panic".into()),
+            };
+            return Err(self.failure(&failed));
+        }
+        self.check_all().map_err(|e| self.failure(&e))?;
+        let t = &self.model.tally;
+        Ok(format!(
+            "SOAK-SUMMARY seed={} steps={} secs={} commands={} operations={} restarts={} \
+             grants={} regrants={} refused={} waits={} handoffs={} wait_timeouts={} \
+             lease_ends={} ephemeral_releases={} guarded_writes={} stale_fences={} checks={} \
+             operation_ms={} waited_ms={}",
+            self.seed,
+            self.step,
+            started.elapsed().as_secs(),
+            t.commands,
+            t.operations,
+            t.restarts,
+            t.grants,
+            t.regrants,
+            t.refused,
+            t.waits,
+            t.handoffs,
+            t.wait_timeouts,
+            t.lease_ends,
+            t.ephemeral_releases,
+            t.guarded_writes,
+            t.stale_fences,
+            t.checks,
+            t.operation_ms,
+            t.waited_ms
+        ))
+    }
+
+    fn failure(&self, msg: &str) -> String {
+        let file = std::env::temp_dir().join(format!("redislock-soak-{}.log", self.seed));
+        let written = std::fs::write(&file, self.recent.join("\n") + "\n").is_ok();
+        let first = self.recent.len().saturating_sub(40);
+        format!(
+            "soak failed at step {}: {msg}\n\
+             replay: SEED={} SOAK_STEPS={} SOAK_SECS=0 cargo test --release --test suite soak\n\
+             --- the steps before (all of them in {}) ---\n{}\n--- master ---\n{}\n\
+             --- replica ---\n{}",
+            self.step,
+            self.seed,
+            self.step,
+            if written {
+                file.display().to_string()
+            } else {
+                "(not written)".into()
+            },
+            self.recent[first..].join("\n"),
+            self.master.log_tail(15),
+            self.replica.log_tail(15)
+        )
+    }
+}
+
+#[test]
+fn random_commands_and_operations() {
+    let cfg = Config::from_env();
+    eprintln!(
+        "soak: seed {} (SEED), {} s (SOAK_SECS), {} steps (SOAK_STEPS)",
+        cfg.seed,
+        cfg.secs,
+        cfg.steps.map_or("unlimited".into(), |n| n.to_string())
+    );
+    let mut soak = Soak::new(cfg.seed);
+    match soak.run(&cfg) {
+        Ok(summary) => eprintln!("{summary}"),
+        Err(failure) => panic!("{failure}"),
+    }
+}
