@@ -21,6 +21,7 @@
 #   8. soak        tests/soak/ (random commands between restarts, reloads, rewrites, syncs and
 #                  failovers, checked against a model) for STRESS_SOAK_SECS (default 150) on each
 #                  server of the matrix, seed STRESS_SEED
+#   9. long tests  integration tests too slow for make test (REDISLOCK_LONG_TESTS=1)
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
 # found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
@@ -302,6 +303,18 @@ for server in $servers; do
         fail "soak on $label (exit $rc); see $log"
     fi
 done
+
+# 9. Long tests ----------------------------------------------------------------------------
+# Tests too slow for make test (REDISLOCK_LONG_TESTS): a lock migrating between Cluster nodes
+# many config epochs apart, on the first server of the matrix.
+note "long tests"
+t0=$(date +%s)
+if REDISLOCK_LONG_TESTS=1 cargo test --release --test suite resharding:: >"$logs/long-tests.log" 2>&1; then
+    result "long tests: $(grep -h '^test result' "$logs/long-tests.log" | tail -1) [$(elapsed $t0)s]"
+else
+    tail -20 "$logs/long-tests.log"
+    fail "long tests; see $logs/long-tests.log"
+fi
 
 note "stress summary ($(elapsed $start_all)s, seed $SEED, logs in $logs)"
 for s in "${summary[@]}"; do
