@@ -169,7 +169,9 @@ impl Soak {
             }
             // Certainly still waiting when the room was freed, or certainly gone by then.
             let alive = w.deadline.lo > freed.hi;
-            let gone = w.deadline.hi + late() < freed.lo;
+            // The deadline's timer, like any, may run late on a loaded machine (seen: 340 ms
+            // with the whole suite on 2 cores); a grant a second past it is a bug.
+            let gone = w.deadline.hi + 4 * late() < freed.lo;
             let reply = self.read(w.slot)?;
             let t_read = now_ms();
             self.model.lock(key).queue.pop_front();
