@@ -5,15 +5,8 @@
 //! reproduce the data exactly (`DEBUG DIGEST`, which covers values and expiries).
 
 use crate::common::*;
+use crate::persistence::aof_server;
 use redis::Connection;
-
-fn aof_server(preamble: bool) -> Server {
-    Server::builder()
-        .set("appendonly", "yes")
-        .set("appendfsync", "always")
-        .set("aof-use-rdb-preamble", if preamble { "yes" } else { "no" })
-        .start()
-}
 
 fn digest(c: &mut Connection) -> Vec<u8> {
     as_bytes(&ok(c, &rcmd!("DEBUG", "DIGEST")))

@@ -208,7 +208,7 @@ fn bgsave_restart_keeps_locks() {
     verify(&mut c, &sc, "BGSAVE + kill -9 + restart");
 }
 
-fn aof_server(preamble: bool) -> Server {
+pub(crate) fn aof_server(preamble: bool) -> Server {
     Server::builder()
         .set("appendonly", "yes")
         .set("appendfsync", "always")

@@ -27,7 +27,7 @@ use redis::{Connection, Value};
 // ---------------------------------------------------------------------------------------------
 
 /// Redis's CRC64 ("Jones" polynomial, reflected, no final xor), as in its `crc64.c`.
-fn crc64(data: &[u8]) -> u64 {
+pub(crate) fn crc64(data: &[u8]) -> u64 {
     const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
     let mut crc = 0u64;
     for &b in data {

@@ -4,6 +4,7 @@
 //! found and what to do.
 
 use crate::common::*;
+use crate::restore_fuzz::crc64;
 use redis::{Connection, Value};
 
 /// The release as `Cargo.toml` has it.
@@ -53,22 +54,6 @@ fn module_list_and_info_name_the_release_and_encodings() {
         field(&info, "redislock_rdb_aux_encoding").as_deref(),
         Some("2")
     );
-}
-
-fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 != 0 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
 }
 
 /// `payload` (a `DUMP` of a lock) with its record encoding version set to `encver`.
