@@ -411,6 +411,10 @@ fn a_promotion_during_a_pause_records_its_epoch_after_it() {
         .set("appendonly", "yes")
         .set("appendfsync", "always")
         .start();
+    // The replica rewrites its AOF after the first sync; let that finish so the files read
+    // below are the ones the promotion appends to.
+    r.wait_replica_synced(m.port);
+    r.wait_aof_rewrite_done();
     let mut rc = r.conn();
     ok(&mut rc, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
     ok(&mut rc, &rcmd!("REPLICAOF", "NO", "ONE"));

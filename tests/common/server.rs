@@ -164,7 +164,12 @@ impl Server {
         for entry in std::fs::read_dir(self.dir.join("appendonlydir")).expect("appendonlydir") {
             let path = entry.unwrap().path();
             if path.to_string_lossy().ends_with(".incr.aof") {
-                text += &String::from_utf8_lossy(&std::fs::read(path).unwrap());
+                // A rewrite finishing meanwhile deletes the files it replaced: skip them.
+                match std::fs::read(&path) {
+                    Ok(bytes) => text += &String::from_utf8_lossy(&bytes),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => panic!("{}: {e}", path.display()),
+                }
             }
         }
         text
