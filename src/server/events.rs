@@ -1,11 +1,12 @@
 //! Server events: promotion, which moves the fence clock to a new epoch;
-//! demotion, which ends every wait; flushes and SWAPDB, which free or move
+//! demotion, which ends every wait; a fork, which may start an AOF rewrite
+//! that must learn the epoch; flushes and SWAPDB, which free or move
 //! locks without any per-key event; and closed connections, whose
 //! `EPHEMERAL` holds go.
 
 use std::ffi::c_void;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::server::scheduler::{self, Job};
 use crate::server::{catch_panic, cluster, ephemeral, ffi, locks, state};
@@ -19,6 +20,35 @@ pub fn subscribe(ctx: &Context) -> bool {
     ) && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FLUSHDB, on_flush)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change)
+        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
+}
+
+/// An AOF rewrite writes the fence epoch with the first lock or gate it
+/// rewrites, and an RDB preamble carries it in its aux data; a rewrite
+/// without the preamble and without any lock would drop it, and a restart
+/// would go back to epoch 0, below fences already handed out. The rewrite
+/// runs in a child forked after the new incremental AOF was opened, so an
+/// epoch record propagated now lands in a file the rewrite keeps.
+unsafe extern "C" fn on_fork(
+    ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _d: *mut c_void,
+) {
+    catch_panic::callback((), || {
+        if sub != raw::REDISMODULE_SUBEVENT_FORK_CHILD_BORN {
+            return;
+        }
+        let ctx = Context::new(ctx);
+        let flags = ctx.get_flags();
+        if !flags.contains(ContextFlags::AOF) || flags.contains(ContextFlags::SLAVE) {
+            return;
+        }
+        let epoch = state::with_clock(|c| c.epoch);
+        if epoch > 0 {
+            scheduler::soon(&ctx, Job::Epoch(epoch));
+        }
+    })
 }
 
 unsafe extern "C" fn on_client_change(

@@ -45,15 +45,6 @@ use slots::Slot;
 
 pub type R<T = ()> = Result<T, String>;
 
-/// Whether a restart from an AOF rewritten without the RDB preamble keeps the fence epoch of
-/// a promotion when no lock or gate was left to rewrite (SPEC "Fencing tokens": fences after a
-/// restart exceed every fence before it). The module writes the epoch with the first lock or
-/// gate it rewrites, so such a rewrite has none, and fences after the restart fall back below
-/// the promoted epoch's: see `found::a_plain_aof_rewrite_of_no_lock_keeps_the_fence_epoch`.
-/// While false, a rewrite after a failover goes without the preamble only while a gate exists
-/// (gates do not expire); set it to true once fixed.
-pub const EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH: bool = false;
-
 /// A full check every this many steps (operations are always followed by one).
 const CHECK_EVERY: u64 = 25;
 /// Percent of steps that are operations rather than client commands.
@@ -89,8 +80,6 @@ pub struct Soak {
     pub odd: Option<RawConn>,
     pub model: Model,
     pub step: u64,
-    /// A failover has happened: the master's fences are in a promoted epoch.
-    pub promoted: bool,
     seed: u64,
     rng: Rng,
     /// The steps so far, for a failure message (the latest) and its log file (all).
@@ -114,7 +103,6 @@ impl Soak {
             odd: None,
             model: Model::default(),
             step: 0,
-            promoted: false,
             seed,
             rng: Rng::new(seed),
             recent: Vec::new(),

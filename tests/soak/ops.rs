@@ -116,7 +116,6 @@ impl Soak {
                 if rewrite {
                     self.background("BGREWRITEAOF")?;
                 }
-                self.preamble_back();
                 self.restart_master(if kill { Stop::Kill } else { Stop::NoSave })?;
             }
             Op::RdbRestart { bgsave } => {
@@ -148,7 +147,6 @@ impl Soak {
                 self.aof_on()?;
                 self.preamble(preamble);
                 self.background("BGREWRITEAOF")?;
-                self.preamble_back();
             }
             Op::NewReplica => {
                 // A full sync: the old replica goes once the new one is in sync.
@@ -254,20 +252,8 @@ impl Soak {
     }
 
     fn preamble(&mut self, on: bool) {
-        // See EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH.
-        let empty = self.model.gates.is_empty();
-        let on = on || (self.promoted && empty && !super::EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH);
         config_set(&self.master, "aof-use-rdb-preamble", yes(on));
         set_arg(&mut self.master, "aof-use-rdb-preamble", &[yes(on)]);
-    }
-
-    /// After a failover, the preamble again for the rewrites the soak does not ask for (see
-    /// EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH).
-    fn preamble_back(&mut self) {
-        if self.promoted && !super::EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH {
-            config_set(&self.master, "aof-use-rdb-preamble", "yes");
-            set_arg(&mut self.master, "aof-use-rdb-preamble", &["yes"]);
-        }
     }
 
     /// Stops the master as `how` says and starts it again from its files. Its connections are
@@ -310,15 +296,6 @@ impl Soak {
         self.model.tally.restarts += 1;
         self.model.unbind_all();
         self.connect_slots();
-        self.promoted = true;
-        if !super::EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH {
-            // See EMPTY_PLAIN_REWRITE_KEEPS_THE_EPOCH: the rewrites the soak does not ask for
-            // (after a full sync, or as the AOF grows) keep the epoch.
-            for s in [&mut self.master, &mut self.replica] {
-                config_set(s, "aof-use-rdb-preamble", "yes");
-                set_arg(s, "aof-use-rdb-preamble", &["yes"]);
-            }
-        }
         Ok(())
     }
 }
