@@ -305,10 +305,9 @@ def test_no_timeout_means_held_until_released(r):
     wait_for(lambda: calls(r, "lock.extend") >= renewals + 4, seconds=5)
     assert lock.owned() and info(r, "lock:o")["fence"] == fence
     assert not lock.lost.is_set()
-    watchdog = lock.local.hold.watchdog
+    hold = lock.local.hold
     lock.release()
-    watchdog.join(2)  # halted by release, with no renewal in flight for long
-    assert not watchdog.is_alive()
+    assert hold.ended and not hold.lost  # off the renewal schedule
     assert r.exists("lock:o") == 0
 
 
@@ -325,14 +324,13 @@ def test_lost_event_and_callback(server, r):
     lost_calls = []
     lock = redislock.Lock(r, "lock:q", lease=0.3, on_lost=lost_calls.append)
     assert lock.acquire()
-    watchdog = lock.local.hold.watchdog
+    hold = lock.local.hold
     r.delete("lock:q")  # an operator, an eviction, a lease that ran out during a pause
     other = redislock.Lock(server.client(), "lock:q", timeout=60)
     assert other.acquire(blocking=False)
     assert lock.lost.wait(5), "the loss was not reported"
     assert lost_calls == [lock]
-    watchdog.join(5)
-    assert not watchdog.is_alive(), "the renewal thread stops after a loss"
+    assert hold.ended and hold.lost, "the renewals stop after a loss"
     # The new holder's lease was not touched by the old holder's renewals.
     assert info(r, "lock:q")["token"] == other.local.token
     assert r.pttl("lock:q") > 59000
@@ -350,7 +348,7 @@ def test_a_failing_callback_does_not_break_the_lock(r, caplog):
         assert lock.acquire()
         r.delete("lock:r")
         assert lock.lost.wait(5)
-        lock.local.hold.watchdog.join(5)
+        wait_for(lambda: "callback bug" in caplog.text, seconds=5)
     assert "callback bug" in caplog.text
     with pytest.raises(LockNotOwnedError):
         lock.release()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
@@ -76,9 +76,10 @@ class LockKindError(LockError):
         limit: Optional[int] = None,
         other_mode: bool = False,
         lock_name: Optional[str] = None,
-    ):
+    ) -> None:
+        named: Dict[str, Any] = {"lock_name": lock_name}
         try:
-            super().__init__(message, lock_name=lock_name)  # type: ignore[call-arg]
+            super().__init__(message, **named)
         except TypeError:  # redis-py before 5.1: no lock_name
             super().__init__(message)
         self.limit = limit
@@ -231,7 +232,7 @@ def unsupported(err: ResponseError) -> bool:
     return "unknown command" in text or "unknown option" in text or "unknown subcommand" in text
 
 
-def lock_error(cls: type, message: str, name: Any) -> Exception:
+def lock_error(cls: Callable[..., Exception], message: str, name: Any) -> Exception:
     """``cls(message, lock_name=name)`` where redis-py's LockError takes a name (5.1 and newer)."""
     try:
         return cls(message, lock_name=as_str(name))

@@ -1,12 +1,20 @@
-"""The lock's own connections to its server: no retries, every command bounded in time.
+"""How a lock's request reaches the server: the I/O of the two front ends.
 
-redis-py's client retries a command that timed out or lost its connection (redis-py 8: three
-times, with backoff) and reads with ``socket_timeout`` (5 s by default). Neither fits a lock: a
-wait in the server (``BLOCK``) outlives the read timeout, and a re-sent wait loses its place in
-the queue; a renewal or a release must give up when the lease is over, not a minute later. So
-the lock's commands go through a small pool of connections of its own, built with the client's
-connection settings (host, port, TLS, auth, protocol, decoding) but without retries, each read
-bounded by the time the caller can spend.
+On a single server (``redis.Redis``, ``redis.asyncio.Redis``) the lock's commands go through a
+small pool of connections of its own, built with the client's connection settings (host, port,
+TLS, auth, protocol, decoding) but without retries, each read bounded by the time the caller
+can spend: redis-py's client retries a command that timed out or lost its connection, and reads
+with ``socket_timeout``; neither fits a lock (a wait in the server outlives the read timeout, a
+re-sent wait loses its place in the queue, a renewal or a release must give up when the lease is
+over).
+
+On a Cluster (``redis.RedisCluster``, ``redis.asyncio.RedisCluster``) every command goes
+through the cluster client itself, so that redis-py follows ``MOVED``, ``ASK`` and ``TRYAGAIN``
+and refreshes the topology after a failover, on the same client object; a wait's ``BLOCK``
+reads as the time left each time the client sends it (``BlockLeft``).
+
+Where the client's pool cannot be copied (Sentinel, a custom pool) the commands go through the
+client as well.
 """
 
 from __future__ import annotations
@@ -17,19 +25,23 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 import redis as redis_py
+from redis import asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
+
+from ._core import BlockLeft, Send, block_arg
 
 #: How long after a wait's own timeout its answer may still come: the server answers at the
 #: timeout, the answer then crosses the network once (200 ms each way still fits).
 WAIT_GRACE = 0.45
 
 
-def own_connections(pool: Any) -> "tuple[Any, dict]":
+def own_connections(pool: Any) -> Tuple[Any, Dict[str, Any]]:
     """The connection class and settings of the client's pool, without its retries: a lock's
     own connections never re-send a command behind the caller's back."""
     kwargs = dict(pool.connection_kwargs)
@@ -37,6 +49,51 @@ def own_connections(pool: Any) -> "tuple[Any, dict]":
     kwargs.pop("retry_on_error", None)
     kwargs.pop("retry_on_timeout", None)
     return pool.connection_class, kwargs
+
+
+def bounded(*timeouts: Optional[float]) -> Optional[float]:
+    """The smallest of the bounds that are set (None when none is)."""
+    given = [t for t in timeouts if t is not None]
+    return min(given) if given else None
+
+
+def send_again(err: BaseException, reused: bool, idempotent: bool) -> bool:
+    """A pooled connection the server closed meanwhile (restart, idle timeout, kill): an
+    idempotent command goes once more on a fresh one."""
+    return isinstance(err, (ConnectionError, OSError)) and not isinstance(err, TimeoutError) and reused and idempotent
+
+
+def read_bound(req: Send, default: Optional[float]) -> Optional[float]:
+    """How long the reply to ``req`` may take: a wait, as long as it waits plus ``WAIT_GRACE``;
+    ``BLOCK 0``, without limit; anything else the client's ``socket_timeout`` or the request's
+    own tighter bound."""
+    if req.forever:
+        return None
+    if req.wait_until is not None:
+        return req.wait_until + WAIT_GRACE - time.monotonic()
+    return bounded(default, req.bound)
+
+
+def command_now(req: Send) -> Optional[List[Any]]:
+    """The command line to send now: a wait gets ``BLOCK`` with the time left (None: none
+    is)."""
+    if req.wait_until is None:
+        return req.args
+    left_ms = block_arg(req.wait_until, time.monotonic())
+    return None if left_ms is None else [*req.args, "BLOCK", left_ms]
+
+
+def cluster_command(req: Send, socket_timeout: Optional[float]) -> List[Any]:
+    """The command line for a Cluster client, which may send it again after a redirect: a
+    wait's ``BLOCK`` reads as the time left whenever it is sent, and a wait longer than the
+    client's read timeout is cut into parts (each comes back empty and the lock goes on with
+    the time left)."""
+    if req.wait_until is None:
+        return req.args
+    until = req.wait_until
+    if socket_timeout:
+        until = min(until, time.monotonic() + max(socket_timeout - 0.5, socket_timeout / 2))
+    return [*req.args, "BLOCK", BlockLeft(until)]
 
 
 class Link:
@@ -49,28 +106,21 @@ class Link:
         self._idle: List[Any] = []
         self._mutex = threading.Lock()
         self._pid = os.getpid()
-        self._warming = False
 
-    def keep_spare(self) -> None:
-        """Opens a second connection in the background if there is none idle: a release must
-        not wait for a new connection's handshake while a renewal has the other one."""
+    def spare(self) -> None:
+        """Opens a second connection if there is none idle: a release must not wait for a new
+        connection's handshake while a renewal has the other one. (Run by the renewal worker.)"""
         with self._mutex:
-            if self._warming or len(self._idle) >= 2:
+            if len(self._idle) >= 2:
                 return
-            self._warming = True
-        threading.Thread(target=self._warm, name="redislock-connect", daemon=True).start()
-
-    def _warm(self) -> None:
         try:
             conn = self._class(**self._kwargs)
             conn.connect()
             self._give_back(conn)
         except Exception:  # unreachable now: a command will connect when it needs to
             pass
-        finally:
-            self._warming = False
 
-    def _take(self) -> Any:
+    def _take(self) -> Tuple[Any, bool]:
         with self._mutex:
             if self._pid != os.getpid():
                 # A forked child must not share the parent's sockets: forget them, unclosed.
@@ -87,48 +137,29 @@ class Link:
                 return
         conn.disconnect()
 
-    def call(
-        self,
-        args: List[Any],
-        timeout: Optional[float],
-        idempotent: bool = True,
-        wait_until: Optional[float] = None,
-    ) -> Any:
-        """Send one command and read its reply, within ``timeout`` seconds in all (None: no
-        limit). With ``wait_until`` (a time.monotonic() moment), the command waits in the server:
-        ``BLOCK`` with the time left once connected is appended, and the reply may take that long
-        plus ``WAIT_GRACE``; None if no time is left. A connection found closed is replaced once
-        if the command is ``idempotent``; every other failure raises (``ConnectionError``,
-        ``TimeoutError``)."""
+    def call(self, req: Send) -> Any:
+        """Send one command and read its reply within its bound (see ``read_bound``)."""
         conn, reused = self._take()
         try:
-            return self._call_on(conn, args, timeout, wait_until)
-        except (ConnectionError, OSError) as err:
-            if isinstance(err, TimeoutError) or not (reused and idempotent):
+            return self._call_on(conn, req)
+        except Exception as err:
+            if not send_again(err, reused, req.idempotent):
                 raise
-            # A pooled connection the server closed meanwhile (restart, idle timeout, kill).
-            conn = self._class(**self._kwargs)
-            return self._call_on(conn, args, timeout, wait_until)
+            return self._call_on(self._class(**self._kwargs), req)
 
-    def _call_on(
-        self, conn: Any, args: List[Any], timeout: Optional[float], wait_until: Optional[float]
-    ) -> Any:
+    def _call_on(self, conn: Any, req: Send) -> Any:
         try:
-            if wait_until is not None:
-                timeout = wait_until + WAIT_GRACE - time.monotonic()
+            timeout = read_bound(req, self.default_timeout)
             deadline = None if timeout is None else time.monotonic() + timeout
             if timeout is not None and timeout <= 0:
                 raise TimeoutError("no time left for the command")
             conn.socket_timeout = timeout
             conn.socket_connect_timeout = timeout
             conn.connect()
-            if wait_until is not None:
-                left_ms = int((wait_until - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    self._give_back(conn)
-                    return None
-                args = [*args, "BLOCK", left_ms]
-                deadline = wait_until + WAIT_GRACE
+            args = command_now(req)
+            if args is None:
+                self._give_back(conn)
+                return None
             conn.send_command(*args)
             if deadline is not None:  # what the handshake of a new connection left
                 timeout = max(deadline - time.monotonic(), 0.001)
@@ -139,67 +170,6 @@ class Link:
         self._give_back(conn)
         return reply
 
-    def close(self) -> None:
-        with self._mutex:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.disconnect()
-
-
-def call_on_client(client: Any, args: List[Any], timeout: Optional[float]) -> Any:
-    """One command on a connection of the client's own (its single connection, or one of its
-    pool's), without the client's retries and bounded by ``timeout``: for a hold bound to the
-    connection that asked for it (EPHEMERAL), which must be the application's."""
-    single = getattr(client, "connection", None)
-    if single is not None:
-        with client.single_connection_lock:
-            return _bounded_call(single, args, timeout)
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        return _bounded_call(conn, args, timeout)
-    finally:
-        pool.release(conn)
-
-
-def _bounded_call(conn: Any, args: List[Any], timeout: Optional[float]) -> Any:
-    conn.send_command(*args)
-    return conn.read_response(timeout=timeout)
-
-
-_links: "weakref.WeakKeyDictionary[Any, Link]" = weakref.WeakKeyDictionary()
-_links_mutex = threading.Lock()
-
-
-def link_for(client: Any, name: Any) -> Optional[Link]:
-    """The Link to the server of ``name`` for this client, or None where the client's pool
-    cannot be copied (Sentinel, a custom pool): the lock then sends through the client."""
-    target = client
-    if isinstance(client, redis_py.RedisCluster):
-        try:
-            target = client.get_node_from_key(name).redis_connection
-        except Exception:  # slots not known yet: go through the cluster client
-            return None
-    pool = getattr(target, "connection_pool", None)
-    if not isinstance(target, redis_py.Redis) or type(pool) not in (
-        redis_py.ConnectionPool,
-        redis_py.BlockingConnectionPool,
-    ):
-        return None
-    with _links_mutex:
-        link = _links.get(pool)
-        if link is None:
-            link = _links[pool] = Link(pool)
-        return link
-
-
-def bounded(*timeouts: Optional[float]) -> Optional[float]:
-    """The smallest of the bounds that are set (None when none is)."""
-    given = [t for t in timeouts if t is not None]
-    return min(given) if given else None
-
-
-
 
 class AsyncLink:
     """``Link`` for ``redis.asyncio``: the lock's own connections, bounded with ``wait_for``."""
@@ -209,45 +179,30 @@ class AsyncLink:
         self.default_timeout: Optional[float] = self._kwargs.get("socket_timeout")
         self._idle: List[Any] = []
 
-    async def call(
-        self,
-        args: List[Any],
-        timeout: Optional[float],
-        idempotent: bool = True,
-        wait_until: Optional[float] = None,
-    ) -> Any:
+    async def call(self, req: Send) -> Any:
         reused = bool(self._idle)
         conn = self._idle.pop() if reused else self._class(**self._kwargs)
         try:
-            return await self._call_on(conn, args, timeout, wait_until)
-        except (ConnectionError, OSError) as err:
-            if isinstance(err, TimeoutError) or not (reused and idempotent):
+            return await self._call_on(conn, req)
+        except Exception as err:
+            if not send_again(err, reused, req.idempotent):
                 raise
-            return await self._call_on(self._class(**self._kwargs), args, timeout, wait_until)
+            return await self._call_on(self._class(**self._kwargs), req)
 
-    async def _call_on(
-        self, conn: Any, args: List[Any], timeout: Optional[float], wait_until: Optional[float]
-    ) -> Any:
+    async def _call_on(self, conn: Any, req: Send) -> Any:
         async def exchange() -> Any:
             await conn.connect()
-            command = args
-            if wait_until is not None:
-                left_ms = int((wait_until - time.monotonic()) * 1000)
-                if left_ms <= 0:
-                    return None
-                command = [*args, "BLOCK", left_ms]
-            await conn.send_command(*command)
+            args = command_now(req)
+            if args is None:
+                return None
+            await conn.send_command(*args)
             return await conn.read_response(timeout=math.inf)
 
-        if wait_until is not None:
-            timeout = wait_until + WAIT_GRACE - time.monotonic()
+        timeout = read_bound(req, self.default_timeout)
         try:
             if timeout is not None and timeout <= 0:
                 raise TimeoutError("no time left for the command")
-            try:
-                reply = await asyncio.wait_for(exchange(), timeout)
-            except asyncio.TimeoutError as err:
-                raise TimeoutError("no answer within the time left") from err
+            reply = await within(exchange(), timeout)
         except BaseException:
             # Cancelled or failed mid-command: the connection's state is unknown, drop it.
             await _drop(conn)
@@ -256,11 +211,42 @@ class AsyncLink:
         return reply
 
 
+async def within(work: Any, timeout: Optional[float]) -> Any:
+    try:
+        return await asyncio.wait_for(work, timeout)
+    except asyncio.TimeoutError as err:
+        raise TimeoutError("no answer within the time left") from err
+
+
 async def _drop(conn: Any) -> None:
     try:
         await asyncio.shield(conn.disconnect(nowait=True))
     except BaseException:  # closing a broken connection may fail in many ways; it is gone
         pass
+
+
+def on_client(client: Any, req: Send, default: Optional[float]) -> Tuple[Optional[List[Any]], Optional[float]]:
+    """A command sent through the application's client (an EPHEMERAL acquire, or a client whose
+    pool cannot be copied): its command line now and its read bound."""
+    return command_now(req), read_bound(req, default)
+
+
+def call_on_client(client: Any, args: List[Any], timeout: Optional[float]) -> Any:
+    """One command on a connection of the client's own (its single connection, or one of its
+    pool's), without the client's retries and bounded by ``timeout``: for a hold bound to the
+    connection that asked for it (EPHEMERAL), which must be the application's."""
+    single = getattr(client, "connection", None)
+    if single is not None:
+        with client.single_connection_lock:
+            single.send_command(*args)
+            return single.read_response(timeout=timeout)
+    pool = client.connection_pool
+    conn = pool.get_connection()
+    try:
+        conn.send_command(*args)
+        return conn.read_response(timeout=timeout)
+    finally:
+        pool.release(conn)
 
 
 async def async_call_on_client(client: Any, args: List[Any], timeout: Optional[float]) -> Any:
@@ -271,48 +257,79 @@ async def async_call_on_client(client: Any, args: List[Any], timeout: Optional[f
         return await conn.read_response(timeout=math.inf)
 
     single = getattr(client, "connection", None)
-    if single is not None:
-        async with client._single_conn_lock:
-            return await _bounded(exchange(single), timeout, single)
-    pool = client.connection_pool
-    conn = await pool.get_connection()
+    conn = single if single is not None else await client.connection_pool.get_connection()
     try:
-        return await _bounded(exchange(conn), timeout, conn)
-    finally:
-        await pool.release(conn)
-
-
-async def _bounded(work: Any, timeout: Optional[float], conn: Any) -> Any:
-    try:
-        return await asyncio.wait_for(work, timeout)
-    except asyncio.TimeoutError as err:
-        await _drop(conn)
-        raise TimeoutError("no answer within the time left") from err
+        if single is not None:
+            async with client._single_conn_lock:
+                return await within(exchange(conn), timeout)
+        return await within(exchange(conn), timeout)
     except BaseException:
         await _drop(conn)
         raise
+    finally:
+        if single is None:
+            await client.connection_pool.release(conn)
 
 
-_async_links: "weakref.WeakKeyDictionary[Any, AsyncLink]" = weakref.WeakKeyDictionary()
+_links: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+_links_mutex = threading.Lock()
 
 
-def async_link_for(client: Any, name: Any) -> Optional[AsyncLink]:
-    """``link_for`` for ``redis.asyncio`` clients (one event loop per pool, as redis-py's)."""
-    from redis import asyncio as aredis
-
-    target = client
-    if isinstance(client, aredis.RedisCluster):
-        try:
-            target = client.get_node_from_key(name).redis_connection
-        except Exception:
-            return None
-    pool = getattr(target, "connection_pool", None)
-    if not isinstance(target, aredis.Redis) or type(pool) not in (
-        aredis.ConnectionPool,
-        aredis.BlockingConnectionPool,
-    ):
+def _link_of(client: Any, kind: Type[Any], pools: Tuple[Type[Any], ...], make: Callable[[Any], Any]) -> Any:
+    """The link of ``client``'s pool (made once per pool), or None where the pool cannot be
+    copied (Sentinel, a custom pool): the lock then sends through the client."""
+    pool = getattr(client, "connection_pool", None)
+    if not isinstance(client, kind) or type(pool) not in pools:
         return None
-    link = _async_links.get(pool)
-    if link is None:
-        link = _async_links[pool] = AsyncLink(pool)
+    with _links_mutex:
+        link = _links.get(pool)
+        if link is None:
+            link = _links[pool] = make(pool)
+        return link
+
+
+def link_for(client: Any) -> Optional[Link]:
+    pools = (redis_py.ConnectionPool, redis_py.BlockingConnectionPool)
+    link: Optional[Link] = _link_of(client, redis_py.Redis, pools, Link)
     return link
+
+
+def async_link_for(client: Any) -> Optional[AsyncLink]:
+    """One link per pool, and so per event loop, as redis-py's pools."""
+    pools = (aredis.ConnectionPool, aredis.BlockingConnectionPool)
+    link: Optional[AsyncLink] = _link_of(client, aredis.Redis, pools, AsyncLink)
+    return link
+
+
+def send(client: Any, req: Send) -> Any:
+    """Carries one request out for the sync lock."""
+    if isinstance(client, redis_py.RedisCluster):
+        cluster: Any = client
+        timeout = cluster.nodes_manager.connection_kwargs.get("socket_timeout")
+        return cluster.execute_command(*cluster_command(req, timeout))
+    link = link_for(client)
+    if link is not None and not req.own:
+        return link.call(req)
+    args, timeout = on_client(client, req, link.default_timeout if link else None)
+    if args is None:
+        return None
+    if link is None:
+        return client.execute_command(*args)
+    # The hold is bound to the connection that asks for it: the application's own.
+    return call_on_client(client, args, timeout)
+
+
+async def asend(client: Any, req: Send) -> Any:
+    """Carries one request out for the asyncio lock."""
+    if isinstance(client, AsyncRedisCluster):
+        timeout = client.connection_kwargs.get("socket_timeout")
+        return await client.execute_command(*cluster_command(req, timeout))
+    link = async_link_for(client)
+    if link is not None and not req.own:
+        return await link.call(req)
+    args, timeout = on_client(client, req, link.default_timeout if link else None)
+    if args is None:
+        return None
+    if link is None:
+        return await client.execute_command(*args)
+    return await async_call_on_client(client, args, timeout)

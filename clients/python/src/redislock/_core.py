@@ -1,0 +1,671 @@
+"""The lock's decisions, without I/O: one core for the sync and the asyncio lock.
+
+Each operation of a lock (acquire, release, extend, …) is a *flow*: a generator that yields the
+requests it needs carried out — ``Send`` (one command) or ``Pause`` (a pause) — receives each
+reply (or has the error thrown into it) and returns the operation's result. The flows decide
+everything: the command lines, the reply → outcome mapping, when a wait is sent again, which
+errors become lock errors, the lease clock. The front ends (``redislock.lock``,
+``redislock.asyncio``) only carry the requests out, the sync one with blocking calls, the asyncio
+one with ``await``; ``drive`` and ``adrive`` are the two loops that do it.
+
+``Schedule`` is the lease clock and the renewal schedule of every hold of a process (sync) or
+of an event loop (asyncio): it says, for a given moment, which holds are due for a renewal and
+which have run out; the front ends run it on one thread or one task.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Generator,
+    List,
+    Optional,
+    Protocol,
+    Sequence,
+    Tuple,
+    TypeVar,
+    Union,
+)
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ClusterError,
+    ConnectionError,
+    LockError,
+    LockNotOwnedError,
+    MovedError,
+    ResponseError,
+    TimeoutError,
+    TryAgainError,
+)
+
+from ._common import (
+    EncodableT,
+    LockInfo,
+    StaleFenceError,
+    UnsupportedError,
+    acquire_args,
+    as_bytes,
+    holder_ttl,
+    lease_end,
+    lock_error,
+    parse_grant,
+    parse_info,
+    renew_at_once,
+    translate,
+    unsupported,
+    wrong_type,
+)
+
+T = TypeVar("T")
+
+
+# --- what a flow asks of its front end ----------------------------------------------------------
+
+
+class Send:
+    """Send ``args`` and give back the reply (or throw the error in).
+
+    ``bound``: seconds the command may take at most, besides the client's own ``socket_timeout``
+    (None: only that). ``idempotent``: it may be sent again on a fresh connection when a pooled
+    one turns out closed. ``wait_until`` (a ``time.monotonic()`` moment): the command waits in
+    the server, and ``BLOCK`` with the time left *when it is sent* is appended; it may read for
+    that long. ``forever``: ``BLOCK 0`` was appended already, no bound at all. ``own``: the
+    command must go on a connection of the application's client (an ``EPHEMERAL`` hold is bound
+    to the connection that asks for it)."""
+
+    __slots__ = ("args", "bound", "idempotent", "wait_until", "forever", "own")
+
+    def __init__(
+        self,
+        args: List[Any],
+        bound: Optional[float] = None,
+        idempotent: bool = True,
+        wait_until: Optional[float] = None,
+        forever: bool = False,
+        own: bool = False,
+    ) -> None:
+        self.args = args
+        self.bound = bound
+        self.idempotent = idempotent
+        self.wait_until = wait_until
+        self.forever = forever
+        self.own = own
+
+
+class Pause:
+    """Wait ``seconds`` (polling a key that holds another type)."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+
+Request = Union[Send, Pause]
+Flow = Generator[Request, Any, T]
+
+
+def step(flow: Flow[Any], reply: Any = None, error: Optional[Exception] = None) -> Tuple[bool, Any]:
+    """Moves ``flow`` on with a reply (or an error thrown in): (False, its next request) or
+    (True, its result)."""
+    try:
+        return False, (flow.send(reply) if error is None else flow.throw(error))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def drive(flow: Flow[T], carry: Callable[[Request], Any]) -> T:
+    """Runs ``flow`` to its end, each request carried out by ``carry`` (blocking)."""
+    done, value = step(flow)
+    while not done:
+        try:
+            reply = carry(value)
+        except Exception as err:  # the flow decides what an error means
+            done, value = step(flow, error=err)
+        else:
+            done, value = step(flow, reply)
+    result: T = value
+    return result
+
+
+async def adrive(flow: Flow[T], carry: Callable[[Request], Awaitable[Any]]) -> T:
+    """``drive`` for asyncio: ``carry`` is a coroutine function. A cancellation is not thrown
+    into the flow: it ends the operation where it stands."""
+    done, value = step(flow)
+    while not done:
+        done, value = step(flow, *(await _attempt(carry(value))))
+    result: T = value
+    return result
+
+
+async def _attempt(work: Awaitable[Any]) -> Tuple[Any, Optional[Exception]]:
+    try:
+        return await work, None
+    except Exception as err:
+        return None, err
+
+
+def block_arg(wait_until: float, now: float) -> Optional[int]:
+    """The ``BLOCK`` milliseconds of a wait sent at ``now``; None when no time is left."""
+    left_ms = int((wait_until - now) * 1000)
+    return left_ms if left_ms > 0 else None
+
+
+class BlockLeft(int):
+    """The ``BLOCK`` argument of a wait sent through a Cluster client, which sends a command
+    again by itself after a redirect (MOVED, ASK, TRYAGAIN) or a failover: each time it is
+    encoded it reads as the milliseconds left then (at least 1), so that the wait re-queued on
+    the node now serving the key never outlives its timeout. (An encoder that reads the integer
+    value directly sends the time left at the first send.)"""
+
+    wait_until: float
+
+    def __new__(cls, wait_until: float) -> "BlockLeft":
+        left = max(1, int((wait_until - time.monotonic()) * 1000))
+        value = super().__new__(cls, left)
+        value.wait_until = wait_until
+        return value
+
+    def __repr__(self) -> str:
+        return str(max(1, int((self.wait_until - time.monotonic()) * 1000)))
+
+    __str__ = __repr__
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+#: Errors that say the key is moving between Cluster nodes, or that the cluster is changing:
+#: a wait that meets one is sent again (the client routes it to the node now serving the key).
+REDIRECTS = (TryAgainError, AskError, MovedError, ClusterDownError, ClusterError)
+
+#: Errors of the way to the server: the command's fate is unknown.
+LINK_ERRORS = (ConnectionError, TimeoutError, OSError)
+
+
+def call_error(err: ResponseError, name: Any, what: str) -> Exception:
+    """The error of a guarded command (``call``, ``FenceGate.call``): only ``NOTOWNER`` and
+    ``STALEFENCE`` are the lock's; the inner command's errors (``WRONGTYPE``, an unknown
+    command, …) stay the driver's own, as if the command had been sent directly. A server
+    without the guarded command itself answers ``UnsupportedError``."""
+    text = str(err)
+    if text.startswith(("NOTOWNER", "STALEFENCE")):
+        return translate(err, name, what)
+    if unsupported(err) and ("lock.call" in text.lower() or "lock.fence" in text.lower()):
+        return translate(err, name, what)
+    return err
+
+
+def loss_message(gone: bool) -> str:
+    """The log line's reason for a loss."""
+    if gone:
+        return "a renewal found it held by no one or another"
+    return "no renewal was answered before its lease ran out"
+
+
+# --- one hold and the lease clock -------------------------------------------------------------
+
+
+class Owner(Protocol):
+    """What the schedule tells about a hold: the front end's lock."""
+
+    name: Any
+
+
+class Hold:
+    """One grant: token, fence, lease (``ttl_ms``) and its conservative local end
+    (``lease_end``, ``time.monotonic()``), and where its renewals stand. The lease clock runs
+    for every hold: ``lost`` once ``lease_end`` has passed without a renewal answered in time,
+    or once a renewal found the hold gone."""
+
+    __slots__ = (
+        "name",
+        "token",
+        "fence",
+        "ttl_ms",
+        "lease_end",
+        "auto_renew",
+        "next_renew",
+        "renewing",
+        "ended",
+        "lost",
+        "gone",
+        "owner",
+        "queued_at",
+        "pid",
+        "watched",
+    )
+
+    def __init__(
+        self,
+        name: Any,
+        token: bytes,
+        fence: int,
+        ttl_ms: int,
+        sent: float,
+        auto_renew: bool,
+        owner: Any = None,
+        pid: int = 0,
+    ) -> None:
+        self.name = name
+        self.token = token
+        self.fence = fence
+        self.ttl_ms = ttl_ms
+        self.lease_end = lease_end(sent, ttl_ms)
+        self.auto_renew = auto_renew
+        self.next_renew = sent + self.period
+        self.renewing = False
+        self.ended = False
+        self.lost = False
+        self.gone = False
+        self.owner = owner
+        self.queued_at: Optional[float] = None
+        self.pid = pid
+        #: Put on a renewal schedule, which signals its loss (else ``lost`` reads the clock).
+        self.watched = False
+
+    @property
+    def period(self) -> float:
+        """Renewals come every third of the lease."""
+        return self.ttl_ms / 3000
+
+    @property
+    def retry_pause(self) -> float:
+        """After a failed renewal: soon again, but not in a tight loop."""
+        return min(max(self.ttl_ms / 20000, 0.01), 0.25)
+
+    def left(self, now: Optional[float] = None) -> float:
+        """Seconds left on the lease clock (0 once it ran out or the hold ended)."""
+        if self.lost:
+            return 0.0
+        return max(0.0, self.lease_end - (time.monotonic() if now is None else now))
+
+    def wake(self) -> Optional[float]:
+        """When the schedule must look at this hold next: its next renewal, else its lease end;
+        None once it ended."""
+        if self.ended:
+            return None
+        if self.auto_renew and not self.renewing:
+            return min(self.next_renew, self.lease_end)
+        return self.lease_end
+
+    def extended(self, sent: float, ttl_ms: int) -> None:
+        """An EXTEND sent at ``sent`` was answered 1: the lease clock restarts from ``sent``."""
+        self.lease_end = lease_end(sent, ttl_ms)
+
+    def renewal(self, now: float) -> Send:
+        """The renewal to send now (the schedule found it due)."""
+        self.renewing = True
+        return Send(
+            ["LOCK.EXTEND", self.name, self.token, "PX", self.ttl_ms],
+            bound=max(self.lease_end - now, 0.001),
+        )
+
+    def renewed(self, sent: float, reply: Any = None, error: Optional[BaseException] = None) -> bool:
+        """The outcome of the renewal sent at ``sent``: True when the hold is now known gone
+        (answered 0, or the key holds another type); otherwise the lease clock moves on (an
+        answer of 1) or the renewal is tried again soon (any error: READONLY during a failover,
+        a connection that dropped, a timeout)."""
+        self.renewing = False
+        if self.ended:
+            return False
+        now = time.monotonic()
+        if error is not None:
+            if isinstance(error, ResponseError) and wrong_type(error):
+                self.gone = True
+                return True
+            self.next_renew = now + self.retry_pause
+            return False
+        if reply != 1:
+            self.gone = True
+            return True
+        self.extended(sent, self.ttl_ms)
+        self.next_renew = sent + self.period
+        return False
+
+    def end(self) -> None:
+        """Released (or handed over): no more renewals, no loss to report."""
+        self.ended = True
+
+    def mark_lost(self, now: float) -> None:
+        self.ended = True
+        self.lost = True
+        self.lease_end = min(self.lease_end, now)
+
+
+class Schedule:
+    """The lease clocks and renewals of many holds, in the order they come due: a heap of
+    (moment, hold) with stale entries dropped as they surface."""
+
+    def __init__(self) -> None:
+        self._heap: List[Tuple[float, int, Hold]] = []
+        self._seq = itertools.count()
+        self._ended = 0
+
+    def __len__(self) -> int:
+        return len(self._heap) - self._ended
+
+    def add(self, hold: Hold) -> None:
+        """Schedule ``hold`` (again, after its moment changed: a renewal answered, an extend)."""
+        when = hold.wake()
+        if when is None or when == hold.queued_at:
+            return
+        if hold.queued_at is not None:
+            self._ended += 1  # the earlier entry is stale now
+        hold.queued_at = when
+        heapq.heappush(self._heap, (when, next(self._seq), hold))
+
+    def remove(self, hold: Hold) -> None:
+        """``hold`` ended: its entry is dropped (at once when many are stale)."""
+        hold.end()
+        if hold.queued_at is not None:
+            hold.queued_at = None
+            self._ended += 1
+        if self._ended > 64 and self._ended * 2 > len(self._heap):
+            self._heap = [e for e in self._heap if e[2].queued_at == e[0]]
+            heapq.heapify(self._heap)
+            self._ended = 0
+
+    def next_wake(self) -> Optional[float]:
+        """The next moment something is due, None when nothing is scheduled."""
+        while self._heap:
+            when, _, hold = self._heap[0]
+            if hold.queued_at == when:
+                return when
+            heapq.heappop(self._heap)
+            self._ended = max(0, self._ended - 1)
+        return None
+
+    def due(self, now: float) -> Tuple[List[Tuple[Hold, Send]], List[Hold]]:
+        """What is due at ``now``: the renewals to send, and the holds whose lease clock ran out
+        (lost: the front end reports them)."""
+        renew: List[Tuple[Hold, Send]] = []
+        lost: List[Hold] = []
+        while self._heap and self._heap[0][0] <= now:
+            when, _, hold = heapq.heappop(self._heap)
+            if hold.queued_at != when:
+                self._ended = max(0, self._ended - 1)
+                continue
+            hold.queued_at = None
+            if now >= hold.lease_end:
+                hold.mark_lost(now)
+                lost.append(hold)
+                continue
+            renew.append((hold, hold.renewal(now)))
+            self.add(hold)  # its lease end, while the renewal is out
+        return renew, lost
+
+
+# --- the lock's operations --------------------------------------------------------------------
+
+
+class Local(Protocol):
+    token: Optional[bytes]
+    fence: Optional[int]
+    hold: Optional[Hold]
+
+
+class Spec:
+    """What a lock was made with: name, lease, mode, renewal."""
+
+    def __init__(
+        self,
+        name: Any,
+        ttl_ms: int,
+        mode: Sequence[EncodableT],
+        auto_renew: bool,
+        ephemeral: bool,
+        timeout_given: bool,
+    ) -> None:
+        self.name = name
+        self.ttl_ms = ttl_ms
+        self.mode = list(mode)
+        self.auto_renew = auto_renew
+        self.ephemeral = ephemeral
+        self.timeout_given = timeout_given
+
+
+#: How much earlier than its deadline a wait may come back empty before it counts as cut short
+#: (by a read bound shorter than the wait) and is sent again with the time left.
+CUT_SHORT = 0.02
+
+
+def acquire(
+    spec: Spec, token: bytes, wait_ms: Optional[int], pause: float
+) -> Flow[Optional[Tuple[bytes, int, float]]]:
+    """Take the lock: (token, fence, moment the lease clock starts) once granted, None if not.
+
+    ``wait_ms``: None, do not wait; 0, wait without limit; else wait that long in the server.
+    Re-queue rules: a wait whose connection dropped is sent once more with the time left (at
+    the back of the queue); one that meets a Cluster redirect or a cluster change is sent again
+    while time is left (the client routes it to the node serving the key now); one that comes
+    back empty early (cut short by a read bound) goes on with the time left. A key of another
+    type is polled every ``pause`` seconds, as redis-py polls its own lock."""
+    deadline = None if not wait_ms else time.monotonic() + wait_ms / 1000
+    requeued = False
+    while True:
+        args = acquire_args(spec.name, token, spec.ttl_ms, spec.mode, None)
+        if deadline is not None and deadline <= time.monotonic():
+            return None
+        sent = time.monotonic()
+        try:
+            if wait_ms is None:
+                reply = yield Send(args, own=spec.ephemeral)
+            elif deadline is None:  # BLOCK 0: waits without limit, and so does its read
+                reply = yield Send([*args, "BLOCK", 0], idempotent=False, forever=True, own=spec.ephemeral)
+            else:
+                reply = yield Send(args, idempotent=False, wait_until=deadline, own=spec.ephemeral)
+            grant = parse_grant(reply)
+        except ResponseError as err:
+            if wait_ms is not None and isinstance(err, REDIRECTS):
+                continue
+            if not wrong_type(err):
+                raise translate(err, spec.name, "acquire") from err
+            # A plain string (redis-py's own Lock, say): not granted, as redis-py's SET NX would
+            # say; a blocking acquire polls until it is gone or the wait is over.
+            if wait_ms is None:
+                return None
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            yield Pause(pause if left is None else min(pause, left))
+            continue
+        except ClusterError:
+            if wait_ms is None:
+                raise
+            continue
+        except ConnectionError as err:
+            if wait_ms is None or requeued or isinstance(err, TimeoutError):
+                raise
+            requeued = True
+            continue
+        if grant is None:
+            if deadline is not None and deadline - time.monotonic() > CUT_SHORT:
+                continue
+            return None
+        if wait_ms is not None and renew_at_once(sent, time.monotonic(), spec.ttl_ms):
+            # Granted after a wait: the lease began at the grant, some time after the request
+            # was sent; renew now so that the lease clock starts from a known moment.
+            renew_sent = time.monotonic()
+            try:
+                renewed = yield Send(
+                    ["LOCK.EXTEND", spec.name, grant[0], "PX", spec.ttl_ms],
+                    bound=spec.ttl_ms / 1000,
+                )
+            except (ConnectionError, OSError, ResponseError):
+                renewed = None  # unknown: the lease clock counts from the wait's request
+            if renewed == 1:
+                sent = renew_sent
+            elif renewed is not None:
+                continue  # gone already (a lease shorter than the round trip): wait on
+        return grant[0], grant[1], sent
+
+
+def info(name: Any) -> Flow[Optional[LockInfo]]:
+    return parse_info((yield Send(["LOCK.INFO", name])))
+
+
+def locked(name: Any) -> Flow[bool]:
+    """Held by anyone (a plain string under the name counts, as for redis-py's Lock)."""
+    try:
+        return (yield from info(name)) is not None
+    except ResponseError as err:
+        if wrong_type(err):
+            return True
+        raise
+
+
+def owned(name: Any, local: Local) -> Flow[bool]:
+    """Held with this token; False without asking once the lease clock ran out."""
+    token, hold = local.token, local.hold
+    if token is None or (hold is not None and hold.left() == 0.0):
+        return False
+    try:
+        found = yield from info(name)
+    except ResponseError as err:
+        if wrong_type(err):
+            return False
+        raise
+    return found is not None and token in found.tokens
+
+
+def release(name: Any, local: Local, forget: Callable[[], None]) -> Flow[None]:
+    """LOCK.RELEASE, bounded by the lease left (at least 1 s). The token is forgotten once the
+    server has answered: a release that timed out (or was cancelled) can be tried again."""
+    token = local.token
+    if token is None:
+        raise lock_error(LockError, "Cannot release a lock that's not owned or is already unlocked.", name)
+    forget()
+    hold = local.hold
+    left = max(hold.left() if hold is not None else 0.0, 1.0)
+    try:
+        released = yield Send(["LOCK.RELEASE", name, token], bound=left)
+    except ResponseError as err:
+        local.token = None
+        raise translate(err, name, "release") from err
+    local.token = None
+    if not released:
+        raise lock_error(LockNotOwnedError, "Cannot release a lock that's no longer owned", name)
+
+
+def extend(
+    spec: Spec, local: Local, additional_time: float, replace_ttl: bool, forget: Callable[[], None]
+) -> Flow[bool]:
+    """Adds ``additional_time`` seconds (or sets the time left to it); a result of zero or
+    less ends the hold, as the key's expiry does for redis-py's Lock."""
+    token = local.token
+    if token is None:
+        raise lock_error(LockError, "Cannot extend an unlocked lock", spec.name)
+    if not spec.timeout_given:
+        raise lock_error(LockError, "Cannot extend a lock with no timeout", spec.name)
+    add_ms = int(additional_time * 1000)
+    if replace_ttl:
+        ttl_ms = add_ms
+    else:
+        try:
+            found = yield from info(spec.name)
+        except ResponseError as err:
+            raise translate(err, spec.name, "extend") from err
+        remaining = holder_ttl(found, token) if found is not None else None
+        if remaining is None or remaining < 0:
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock that's no longer owned", spec.name)
+        ttl_ms = remaining + add_ms
+    if ttl_ms <= 0:
+        try:
+            ended = yield Send(["LOCK.RELEASE", spec.name, token])
+        except ResponseError as err:
+            raise translate(err, spec.name, "extend") from err
+        if not ended:
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock that's no longer owned", spec.name)
+        forget()
+        if local.hold is not None:
+            local.hold.lease_end = 0.0
+        return True
+    yield from extend_to(spec.name, local, ttl_ms, "extend")
+    return True
+
+
+def reacquire(spec: Spec, local: Local) -> Flow[bool]:
+    if local.token is None:
+        raise lock_error(LockError, "Cannot reacquire an unlocked lock", spec.name)
+    if not spec.timeout_given:
+        raise lock_error(LockError, "Cannot reacquire a lock with no timeout", spec.name)
+    yield from extend_to(spec.name, local, spec.ttl_ms, "reacquire")
+    return True
+
+
+def extend_to(name: Any, local: Local, ttl_ms: int, what: str) -> Flow[None]:
+    token = local.token
+    sent = time.monotonic()
+    try:
+        extended = yield Send(["LOCK.EXTEND", name, token, "PX", ttl_ms])
+    except ResponseError as err:
+        raise translate(err, name, what) from err
+    if not extended:
+        raise lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", name)
+    if local.hold is not None:
+        local.hold.extended(sent, ttl_ms)
+
+
+def call(name: Any, local: Local, command: Sequence[EncodableT]) -> Flow[Any]:
+    """LOCK.CALL: the inner command's reply or error as the driver gives it; sent once."""
+    token = local.token
+    if token is None:
+        raise lock_error(LockError, "Cannot call through an unlocked lock", name)
+    if not command:
+        raise ValueError("call() needs a command")
+    try:
+        return (yield Send(["LOCK.CALL", name, token, *command], idempotent=False))
+    except ResponseError as err:
+        failed = err
+    if wrong_type(failed):
+        # The inner command's, or the lock's key holds another type now (a plain SET over
+        # it): then the hold is gone, as redis-py's Lock says of an overwritten key.
+        try:
+            yield Send(["LOCK.INFO", name])
+        except ResponseError as err:
+            if wrong_type(err):
+                raise translate(err, name, "call") from failed
+    raise call_error(failed, name, "call") from failed
+
+
+def fence_call(gate: Any, fence: Any, command: Sequence[EncodableT]) -> Flow[Any]:
+    """LOCK.FENCE: the inner command's reply or error as the driver gives it, or
+    ``StaleFenceError``."""
+    if isinstance(fence, bool) or not isinstance(fence, int):
+        raise TypeError(
+            f"fence must be the integer fence of a hold (lock.fence), not {fence!r}: "
+            "is the lock held?"
+        )
+    if not command:
+        raise ValueError("call() needs a command")
+    try:
+        return (yield Send(["LOCK.FENCE", gate, fence, *command], idempotent=False))
+    except ResponseError as err:
+        raise call_error(err, gate, "fence") from err
+
+
+def encode_token(token: Any, encoder: Any) -> bytes:
+    if encoder is not None:
+        return as_bytes(encoder.encode(token))
+    return as_bytes(token)
+
+
+__all__ = [
+    "Send",
+    "Pause",
+    "Flow",
+    "drive",
+    "adrive",
+    "Hold",
+    "Schedule",
+    "Spec",
+    "StaleFenceError",
+    "UnsupportedError",
+]
