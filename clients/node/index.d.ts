@@ -1,7 +1,22 @@
 // Types of the redislock client for Node.js (ioredis and node-redis).
 
-/** An ioredis `Redis` client, or a connected node-redis (v5+) client. */
-export type Client = object;
+/** What the locker uses of an ioredis client: `Redis` or `Cluster`. */
+export interface IoredisClient {
+  duplicate(...args: never[]): unknown;
+  callBuffer(...args: never[]): unknown;
+}
+
+/** What the locker uses of a node-redis 6 client: `createClient()` or `createCluster()`, connected. */
+export interface NodeRedisClient {
+  duplicate(...args: never[]): unknown;
+  sendCommand(...args: never[]): unknown;
+}
+
+/**
+ * An ioredis client (`Redis` or `Cluster`), or a connected node-redis 6 client (`createClient()`
+ * or `createCluster()`). Anything else is refused, by the types and at run time (TypeError).
+ */
+export type Client = IoredisClient | NodeRedisClient;
 
 export type Arg = string | number | bigint | Buffer;
 
@@ -21,6 +36,12 @@ export interface AcquireOptions {
    * rejects with the signal's reason. An already aborted signal rejects before anything is sent.
    */
   signal?: AbortSignal;
+  /**
+   * Called once when the hold is lost: its lease ran out with no renewal answered (by the local
+   * lease clock, before the server can grant the lock to anyone else), or a renewal found it gone.
+   * `hold.signal` aborts just before, with the same error.
+   */
+  onLost?: (error: LockLostError, hold: Hold) => void;
 }
 
 /** One holder of a lock, as LOCK.INFO lists it. */
@@ -67,6 +88,12 @@ export declare class Hold {
   /** Milliseconds left on the lease by the local clock; 0 once it ran out. */
   readonly leaseLeft: number;
   /**
+   * The lease clock of every hold, renewed or not: aborted (reason: a LockLostError) when the
+   * lease's conservative local end comes with no renewal answered, or when extend() or a renewal
+   * finds the hold gone. Never aborted once the hold is released.
+   */
+  readonly signal: AbortSignal;
+  /**
    * Resets the lease to `ttlMs` from now (default: the last TTL). Rejects with LockLostError if the
    * hold is gone, LockTimeoutError without an answer within `timeoutMs` (default: the lease time left, at least 1 s).
    */
@@ -78,16 +105,23 @@ export declare class Hold {
   release(): Promise<boolean>;
   /** True if the key still has this hold (its token among the holders, with this fence). */
   owned(): Promise<boolean>;
-  /** Runs the command atomically if this hold is still the lock's (LOCK.CALL). */
+  /**
+   * Runs the command atomically if this hold is still the lock's (LOCK.CALL): its reply and its
+   * errors are the client library's own (as if sent directly); LockLostError if the hold is gone.
+   */
   call(...command: Arg[]): Promise<unknown>;
 }
 
 export declare class Locker {
   constructor(client: Client);
-  /** Takes the lock; rejects with LockBusyError if it is not granted (within `wait`). */
-  acquire(name: string, ttlMs: number, opts?: AcquireOptions): Promise<Hold>;
+  /**
+   * Takes the lock; rejects with LockBusyError if it is not granted (within `wait`). In a
+   * Cluster, a wait that a slot migration moves is queued again on the node now serving the key,
+   * with the time left.
+   */
+  acquire(name: string | Buffer, ttlMs: number, opts?: AcquireOptions): Promise<Hold>;
   /** As acquire(), but resolves to null when not granted. */
-  tryAcquire(name: string, ttlMs: number, opts?: AcquireOptions): Promise<Hold | null>;
+  tryAcquire(name: string | Buffer, ttlMs: number, opts?: AcquireOptions): Promise<Hold | null>;
   /**
    * Runs `routine` while holding the lock, renewing it every third of `ttlMs`; `signal` is
    * aborted (reason: LockLostError) when a renewal finds the hold gone, or at the lease's
@@ -103,7 +137,10 @@ export declare class Locker {
   ): Promise<T>;
   /** LOCK.INFO, or null when nobody holds the lock. */
   info(name: string): Promise<LockInfo | null>;
-  /** LOCK.FENCE: runs the command if `fence` is at least the gate's highest; StaleFenceError otherwise. */
+  /**
+   * LOCK.FENCE: runs the command if `fence` is at least the gate's highest; StaleFenceError
+   * otherwise. The command's reply and errors are the client library's own.
+   */
   fenced(gate: string, fence: bigint | number | string, ...command: Arg[]): Promise<unknown>;
   /** True if the server knows the command. */
   supports(command: string): Promise<boolean>;

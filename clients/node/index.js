@@ -1,6 +1,7 @@
-// Locks for the redislock Redis module, for ioredis and node-redis (see index.d.ts and
-// docs/clients.md). Replies are read as strings and Buffers on the library's own connections,
-// never as JavaScript numbers, so fences stay exact past 2^53.
+// Locks for the redislock Redis module, for ioredis and node-redis, on one server or a Redis
+// Cluster (see index.d.ts and docs/clients.md). The lock's own replies are read as strings and
+// Buffers on the library's own connections, never as JavaScript numbers, so fences stay exact
+// past 2^53; the command run inside call()/fenced() answers as the client library answers it.
 "use strict";
 
 const crypto = require("node:crypto");
@@ -44,6 +45,9 @@ class StaleFenceError extends LockError {
   }
 }
 
+/** No answer within the time the call could take: the network or the server is not answering. */
+class LockTimeoutError extends LockError {}
+
 const newToken = () => crypto.randomBytes(16).toString("hex");
 
 function errorText(err) {
@@ -59,12 +63,9 @@ function isUnsupported(err) {
 const KIND_MISMATCH =
   /^(?:ERR )?(?:the key is a semaphore with LIMIT (\d+):|the key is a read\/write lock \(exclusive or SHARED holds\), not a semaphore|(this token already holds the key in another mode))/;
 
-/** A server error as the library's error, where it has one. */
-function translate(err, name, what) {
+/** The lock errors that the server's NOTOWNER and STALEFENCE answers stand for, or null. */
+function lockErrorOf(err, name, what) {
   const text = errorText(err);
-  if (isUnsupported(err)) return new UnsupportedError(`${what} is not supported by this server: ${text}`, name);
-  const kind = text.match(KIND_MISMATCH);
-  if (kind) return new LockKindError(text, name, kind[1] === undefined ? undefined : Number(kind[1]), kind[2] !== undefined);
   if (text.startsWith("NOTOWNER")) return new LockLostError(`cannot ${what}: ${text}`, name);
   if (text.startsWith("STALEFENCE")) {
     const numbers = text.match(/\d+/g) || [];
@@ -75,20 +76,177 @@ function translate(err, name, what) {
       numbers.length > 1 ? BigInt(numbers[numbers.length - 1]) : undefined,
     );
   }
-  return err;
+  return null;
+}
+
+/** A server error to one of the lock's own commands as the library's error, where it has one. */
+function translate(err, name, what) {
+  const text = errorText(err);
+  if (isUnsupported(err)) return new UnsupportedError(`${what} is not supported by this server: ${text}`, name);
+  const kind = text.match(KIND_MISMATCH);
+  if (kind) return new LockKindError(text.replace(/^ERR /, ""), name, kind[1] === undefined ? undefined : Number(kind[1]), kind[2] !== undefined);
+  return lockErrorOf(err, name, what) || err;
+}
+
+/**
+ * The error of a guarded command (LOCK.CALL, LOCK.FENCE): NOTOWNER and STALEFENCE are the lock's;
+ * a server that does not know the guard itself answers UnsupportedError; everything else is the
+ * inner command's own error, as the client library gives it.
+ */
+function translateGuarded(err, name, what, guard) {
+  const text = errorText(err);
+  if (new RegExp(`unknown command '${guard.replace(".", "\\.")}'`, "i").test(text)) {
+    return new UnsupportedError(`${what} is not supported by this server: ${text}`, name);
+  }
+  return lockErrorOf(err, name, what) || err;
 }
 
 const str = (v) => (Buffer.isBuffer(v) ? v.toString() : v == null ? v : String(v));
+
+/** A value as given, for an error message: strings quoted, with their type where it misleads. */
+function shown(value) {
+  if (typeof value === "string") return `${JSON.stringify(value)} (a string)`;
+  if (typeof value === "bigint") return `${value}n`;
+  if (value === null || value === undefined || typeof value === "number" || typeof value === "boolean") return String(value);
+  return `a value of type ${typeof value === "object" ? (value.constructor && value.constructor.name) || "object" : typeof value}`;
+}
+
+function checkName(name, what = "name") {
+  if (typeof name === "string" || Buffer.isBuffer(name)) return name;
+  throw new TypeError(`${what} must be a string or a Buffer, not ${shown(name)}`);
+}
+
+function positiveMs(value, what) {
+  if (typeof value !== "number") throw new TypeError(`${what} must be a positive integer of milliseconds, not ${shown(value)}`);
+  if (!Number.isInteger(value) || value <= 0) throw new RangeError(`${what} must be a positive integer of milliseconds, not ${value}`);
+  return value;
+}
+
+function fenceArg(fence) {
+  if (typeof fence === "bigint" || (typeof fence === "number" && Number.isSafeInteger(fence)) || (typeof fence === "string" && /^\d+$/.test(fence))) {
+    const value = BigInt(fence);
+    if (value >= 0n) return value.toString();
+  }
+  throw new TypeError(`fence must be a bigint, a safe integer or a string of digits (a hold's fence), not ${shown(fence)}`);
+}
+
+// --- the clock: one timer for every hold, renewal and bounded call of the process --------------------
+
+/** The lock's moments: a monotonic clock in ms (performance.now()), immune to wall-clock steps. */
+const now = () => performance.now();
+
+/**
+ * Every deadline of the library (lease ends, renewals, the bounds of its calls) is an entry of
+ * one heap, served by a single timer set for the earliest: any number of holds cost one timer.
+ * The timer is unref'd: the locker's connections keep the process alive while it works.
+ */
+class Clock {
+  constructor() {
+    this.heap = [];
+    this.timer = null;
+    this.timerAt = Infinity;
+    this.cancelled = 0;
+  }
+
+  /** Runs `fn` at `at` (now() ms); returns the entry, for cancel(). */
+  at(at, fn) {
+    const entry = { at, fn };
+    const heap = this.heap;
+    heap.push(entry);
+    let i = heap.length - 1;
+    while (i > 0) {
+      const parent = (i - 1) >> 1;
+      if (heap[parent].at <= at) break;
+      heap[i] = heap[parent];
+      i = parent;
+    }
+    heap[i] = entry;
+    if (at < this.timerAt) this.arm();
+    return entry;
+  }
+
+  cancel(entry) {
+    if (!entry || !entry.fn) return;
+    entry.fn = null;
+    // Cancelled entries leave the heap when they come up, or all at once when they are most of it.
+    if (++this.cancelled > 64 && this.cancelled > this.heap.length / 2) this.compact();
+  }
+
+  compact() {
+    const live = this.heap.filter((e) => e.fn);
+    this.heap = [];
+    this.cancelled = 0;
+    for (const e of live.sort((a, b) => a.at - b.at)) this.heap.push(e); // sorted: a valid heap
+    this.arm();
+  }
+
+  pop() {
+    const heap = this.heap;
+    const top = heap[0];
+    const last = heap.pop();
+    if (heap.length) {
+      let i = 0;
+      for (;;) {
+        const l = 2 * i + 1;
+        if (l >= heap.length) break;
+        const c = l + 1 < heap.length && heap[l + 1].at < heap[l].at ? l + 1 : l;
+        if (heap[c].at >= last.at) break;
+        heap[i] = heap[c];
+        i = c;
+      }
+      heap[i] = last;
+    }
+    return top;
+  }
+
+  arm() {
+    while (this.heap.length && !this.heap[0].fn) {
+      this.pop();
+      this.cancelled--;
+    }
+    const next = this.heap.length ? this.heap[0].at : Infinity;
+    if (next === this.timerAt && this.timer) return;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = null;
+    this.timerAt = next;
+    if (next === Infinity) return;
+    this.timer = setTimeout(() => this.run(), Math.max(0, Math.ceil(next - now())));
+    if (typeof this.timer.unref === "function") this.timer.unref();
+  }
+
+  run() {
+    this.timer = null;
+    this.timerAt = Infinity;
+    const t = now();
+    while (this.heap.length && this.heap[0].at <= t) {
+      const entry = this.pop();
+      const fn = entry.fn;
+      if (!fn) {
+        this.cancelled--;
+        continue;
+      }
+      entry.fn = null;
+      try {
+        fn();
+      } catch {
+        // an entry's own failure is its own; the others still run
+      }
+    }
+    this.arm();
+  }
+}
+
+const clock = new Clock();
+
+/** Resolves after `ms`, on the clock. */
+const pause = (ms) => new Promise((resolve) => clock.at(now() + ms, resolve));
 
 // --- bounded calls -------------------------------------------------------------------------------
 //
 // The client libraries queue a command while their connection is down and retry or re-send it
 // (ioredis re-sends a command in flight when it reconnects); none of that may outlive a lease or
-// a wait. Every command of the locker is therefore raced against a timer: past its bound it
+// a wait. Every command of the locker is therefore raced against the clock: past its bound it
 // rejects with LockTimeoutError, whatever the library does with it afterwards.
-
-/** The lock's moments: a monotonic clock in ms (performance.now()), immune to wall-clock steps. */
-const now = () => performance.now();
 
 /**
  * The local clock counts every lease this much shorter than the server (a share plus a constant,
@@ -104,159 +262,470 @@ const WAIT_GRACE_MS = 450;
 /** The bound of a command that has no tighter one (a release, a check). */
 const COMMAND_TIMEOUT_MS = 5000;
 
-/** No answer within the time the call could take: the network or the server is not answering. */
-class LockTimeoutError extends LockError {}
-
 /** Resolves or rejects as `promise`, or rejects with `onTimeout()` after `ms` (Infinity: never). */
 function within(promise, ms, onTimeout) {
   promise.catch(() => {}); // a late failure after the timer won is not unhandled
   if (!Number.isFinite(ms)) return promise;
-  let timer;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(onTimeout()), Math.max(0, ms));
+  return new Promise((resolve, reject) => {
+    const entry = clock.at(now() + Math.max(0, ms), () => reject(onTimeout()));
+    promise.then(
+      (v) => {
+        clock.cancel(entry);
+        resolve(v);
+      },
+      (e) => {
+        clock.cancel(entry);
+        reject(e);
+      },
+    );
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 // How each library says a command's connection went away (ioredis, with maxRetriesPerRequest 0:
 // "Reached the max retries per request limit"; node-redis: SocketClosedUnexpectedlyError).
-const CONNECTION_LOST = /connection|closed|ECONN|socket|EPIPE|stream|max retries per request/i;
+const CONNECTION_LOST = /connection|closed|ECONN|socket|EPIPE|stream|max retries per request|offline|disconnect/i;
 
-// --- drivers: one per client library -------------------------------------------------------------
+// --- Cluster --------------------------------------------------------------------------------------
+
+const CRC16_TABLE = (() => {
+  const table = new Uint16Array(256);
+  for (let i = 0; i < 256; i++) {
+    let crc = i << 8;
+    for (let j = 0; j < 8; j++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+    table[i] = crc;
+  }
+  return table;
+})();
+
+/** The Cluster slot of a key (CRC16 of the key, or of its {hash tag}, modulo 16384). */
+function keySlot(key) {
+  let bytes = Buffer.isBuffer(key) ? key : Buffer.from(String(key));
+  const open = bytes.indexOf(0x7b); // {
+  if (open !== -1) {
+    const close = bytes.indexOf(0x7d, open + 1); // }
+    if (close > open + 1) bytes = bytes.subarray(open + 1, close);
+  }
+  let crc = 0;
+  for (const b of bytes) crc = ((crc << 8) & 0xffff) ^ CRC16_TABLE[((crc >> 8) ^ b) & 0xff];
+  return crc & 16383;
+}
+
+/** A Cluster redirection: { kind: "MOVED" | "ASK", slot, address }, or null. */
+function redirection(err) {
+  const m = errorText(err).match(/^(MOVED|ASK) (\d+) (\S+)$/);
+  return m ? { kind: m[1], slot: Number(m[2]), address: m[3] } : null;
+}
+
+/** A Cluster answer that says "not now, here": retried after a pause (TRYAGAIN, CLUSTERDOWN). */
+const RETRY_LATER = /^(TRYAGAIN|CLUSTERDOWN|LOADING|MASTERDOWN)\b/;
+
+/** Pauses between the retries of a Cluster command: short at first, then a quarter of a second. */
+const retryPause = (attempt) => Math.min(25 * 2 ** attempt, 250);
+
+// --- connections: one kind per client library -------------------------------------------------------
 //
-// A driver sends one command and answers with bulk strings as Buffers and integers as strings.
-// Every command goes through connections of the locker's own, never the application's: a
-// blocking call in the application (BLPOP, a slow script) must not hold up a renewal.
-// `blocking()` lends a connection of its own for a command that waits in the server.
+// A connection of the locker's own answers `call()` with bulk strings as Buffers and integers as
+// strings (the lock's commands), and `raw()` as the client library answers by default (the
+// command inside call() and fenced()). Every command goes through connections of the locker's
+// own, never the application's: a blocking call in the application (BLPOP, a slow script) must
+// not hold up a renewal. In a Cluster there is one such connection per node, opened from the
+// application's client with its options (password, TLS) and the node's address.
 
 const quiet = () => {}; // connection errors surface as rejected commands, not as 'error' events
 
-class IoredisDriver {
-  constructor(client) {
-    this.client = client;
-    this.main = this.open({});
-    this.idle = [];
-    this.all = [this.main];
+function splitAddress(address) {
+  const at = address.lastIndexOf(":");
+  return { host: address.slice(0, at), port: Number(address.slice(at + 1)) };
+}
+
+// A command that must not be re-sent behind the caller's back when its connection drops (ioredis
+// would send it again, whole, on the next connection): it fails, and the locker decides.
+const IOREDIS_ONCE = { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, enableOfflineQueue: true };
+
+class IoredisConnection {
+  constructor(source, options) {
+    this.source = source;
+    this.options = options;
+    this.conn = source.duplicate(options);
+    if (typeof this.conn.on === "function") this.conn.on("error", quiet);
+    this.rawConn = null;
   }
 
-  // A wait must not be re-sent behind the caller's back when its connection drops (ioredis
-  // would send it again, whole, on the next connection): it fails, and the locker decides.
-  open(extra) {
-    const conn = this.client.duplicate({ stringNumbers: true, lazyConnect: false, ...extra });
-    if (typeof conn.on === "function") conn.on("error", quiet);
-    return conn;
+  call(args) {
+    return this.conn.callBuffer(String(args[0]), ...args.slice(1));
   }
 
-  call(args, conn = this.main) {
-    return conn.callBuffer(String(args[0]), ...args.slice(1));
-  }
-
-  async blocking() {
-    let conn = this.idle.pop();
-    if (!conn) {
-      conn = this.open({ autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, enableOfflineQueue: true });
-      this.all.push(conn);
+  // The application's options as they are (stringNumbers or not): the reply ioredis gives.
+  raw(args) {
+    if (!this.rawConn) {
+      const { stringNumbers, ...options } = this.options;
+      void stringNumbers;
+      this.rawConn = this.source.duplicate(options);
+      if (typeof this.rawConn.on === "function") this.rawConn.on("error", quiet);
     }
-    return this.lend(conn);
+    return this.rawConn.call(String(args[0]), ...args.slice(1));
   }
 
-  lend(conn) {
-    return {
-      call: (args) => this.call(args, conn),
-      drop: () => this.drop(conn),
-      done: (healthy) => (healthy ? this.idle.push(conn) : this.drop(conn)),
-    };
+  ready() {
+    const conn = this.conn;
+    if (conn.status === undefined || conn.status === "ready") return Promise.resolve();
+    if (conn.status === "end") return Promise.reject(new Error("Connection is closed."));
+    return new Promise((resolve, reject) => {
+      const ok = () => {
+        conn.removeListener("end", gone);
+        resolve();
+      };
+      const gone = () => {
+        conn.removeListener("ready", ok);
+        reject(new Error("Connection is closed."));
+      };
+      conn.once("ready", ok);
+      conn.once("end", gone);
+    });
   }
 
-  drop(conn) {
-    this.all = this.all.filter((c) => c !== conn);
-    this.idle = this.idle.filter((c) => c !== conn);
-    conn.disconnect();
+  get alive() {
+    return this.conn.status !== "end";
+  }
+
+  destroy() {
+    for (const c of [this.conn, this.rawConn]) if (c) c.disconnect();
   }
 
   async close() {
-    const all = this.all;
-    this.all = [];
-    this.idle = [];
-    await Promise.all(all.map((c) => within(c.quit(), 1000, () => new Error("quit")).catch(() => c.disconnect())));
+    await Promise.all(
+      [this.conn, this.rawConn].filter(Boolean).map((c) => within(Promise.resolve().then(() => c.quit()), 1000, () => new Error("quit")).catch(() => c.disconnect())),
+    );
   }
 }
 
-class NodeRedisDriver {
+class IoredisConnector {
   constructor(client) {
     this.client = client;
-    this.idle = [];
-    this.all = [];
-    // Connected at once, as ioredis's duplicates are: a renewal must not wait for a handshake.
-    this.main = null;
-    this.connectMain();
-    // RESP type codes (the protocol's own first bytes): ':' integer, '$' bulk string, '+' simple
-    // string, '%' map. Integers as strings, strings as Buffers, maps as flat arrays.
-    this.options = { typeMapping: { 58: String, 36: Buffer, 43: Buffer, 37: Array } };
+    this.cluster = client.isCluster === true;
   }
 
-  async open() {
-    const conn = this.client.duplicate();
-    conn.on("error", quiet);
-    this.all.push(conn);
-    await conn.connect();
-    return conn;
+  /** A node client of the application's Cluster, whose options the locker's connections take. */
+  async base() {
+    const nodes = () => this.client.nodes("all");
+    if (!nodes().length) {
+      await within(
+        new Promise((resolve) => this.client.once("ready", resolve)),
+        COMMAND_TIMEOUT_MS,
+        () => new LockTimeoutError("the ioredis Cluster did not connect within 5 s"),
+      );
+    }
+    return nodes()[0];
   }
 
-  connectMain() {
-    const main = this.open();
-    main.catch(() => {
-      if (this.main === main) this.main = null; // not reachable now: open again when needed
+  async open(address, blocking) {
+    const extra = blocking ? IOREDIS_ONCE : {};
+    if (!this.cluster) return new IoredisConnection(this.client, { stringNumbers: true, lazyConnect: false, ...extra });
+    const { host, port } = splitAddress(address);
+    // No reconnection of its own: a node that went away is looked up again in the topology.
+    return new IoredisConnection(await this.base(), {
+      host,
+      port,
+      stringNumbers: true,
+      lazyConnect: false,
+      retryStrategy: null,
+      readOnly: false,
+      ...extra,
     });
-    this.main = main;
-    return main;
   }
 
-  async call(args, conn) {
-    if (!conn) conn = await (this.main || this.connectMain());
-    return conn.sendCommand(args.map((a) => (Buffer.isBuffer(a) ? a : String(a))), this.options);
+  seeds() {
+    const out = [];
+    for (const n of this.client.nodes("master")) out.push(`${n.options.host}:${n.options.port}`);
+    for (const n of this.client.startupNodes || []) {
+      if (n && typeof n === "object" && n.port) out.push(`${n.host || "127.0.0.1"}:${n.port}`);
+    }
+    return out;
+  }
+}
+
+// RESP type codes (the protocol's own first bytes): ':' integer, '$' bulk string, '+' simple
+// string, '%' map. Integers as strings, strings as Buffers, maps as flat arrays. No command
+// timeout of the library's (the locker bounds each command itself, waits included).
+const NODE_REDIS_OPTIONS = { typeMapping: { 58: String, 36: Buffer, 43: Buffer, 37: Array }, timeout: 0 };
+
+class NodeRedisConnection {
+  constructor(conn) {
+    this.conn = conn;
+    conn.on("error", quiet);
+    this.connecting = conn.connect();
+    this.connecting.catch(() => {});
   }
 
-  async blocking() {
-    const conn = this.idle.pop() || (await this.open());
-    return {
-      call: (args) => this.call(args, conn),
-      drop: () => this.drop(conn),
-      done: (healthy) => (healthy ? this.idle.push(conn) : this.drop(conn)),
-    };
+  async call(args) {
+    await this.connecting;
+    return this.conn.sendCommand(args.map((a) => (Buffer.isBuffer(a) ? a : String(a))), NODE_REDIS_OPTIONS);
   }
 
-  drop(conn) {
-    this.all = this.all.filter((c) => c !== conn);
-    this.idle = this.idle.filter((c) => c !== conn);
+  async raw(args) {
+    await this.connecting;
+    return this.conn.sendCommand(args.map((a) => (Buffer.isBuffer(a) ? a : String(a))));
+  }
+
+  ready() {
+    return this.connecting.then(() => undefined);
+  }
+
+  get alive() {
+    return this.conn.isOpen !== false;
+  }
+
+  destroy() {
     try {
-      conn.destroy ? conn.destroy() : conn.disconnect();
+      this.conn.destroy ? this.conn.destroy() : this.conn.disconnect();
     } catch {
       // already closed
     }
   }
 
   async close() {
-    const all = this.all;
-    this.all = [];
-    this.idle = [];
-    this.main = null;
-    await Promise.all(
-      all.map((c) =>
-        within(Promise.resolve().then(() => (c.close ? c.close() : c.quit())), 1000, () => new Error("quit")).catch(() => this.drop(c)),
-      ),
-    );
+    await within(
+      Promise.resolve().then(() => (this.conn.close ? this.conn.close() : this.conn.quit())),
+      1000,
+      () => new Error("quit"),
+    ).catch(() => this.destroy());
   }
 }
 
-function driverFor(client) {
-  if (client && typeof client.callBuffer === "function" && typeof client.duplicate === "function") {
-    return new IoredisDriver(client);
+class NodeRedisConnector {
+  constructor(client) {
+    this.client = client;
+    this.cluster = typeof client.nodeClient === "function";
   }
-  if (client && typeof client.sendCommand === "function" && typeof client.duplicate === "function") {
-    return new NodeRedisDriver(client);
+
+  async open(address, blocking) {
+    void blocking;
+    if (!this.cluster) return new NodeRedisConnection(this.client.duplicate());
+    const masters = this.client.masters || [];
+    if (!masters.length) throw new LockError("the node-redis cluster client is not connected (await cluster.connect())");
+    const base = await this.client.nodeClient(masters[0]);
+    const { host, port } = splitAddress(address);
+    const socket = { ...((base.options && base.options.socket) || {}), host, port, reconnectStrategy: false };
+    return new NodeRedisConnection(base.duplicate({ socket }));
   }
-  throw new TypeError("redislock needs an ioredis client or a node-redis (v5+) client");
+
+  seeds() {
+    return (this.client.masters || []).map((m) => `${m.host}:${m.port}`);
+  }
+}
+
+function connectorFor(client) {
+  if (client && typeof client === "object" && typeof client.duplicate === "function") {
+    if (typeof client.callBuffer === "function") return new IoredisConnector(client);
+    if (typeof client.sendCommand === "function") return new NodeRedisConnector(client);
+  }
+  throw new TypeError("redislock needs an ioredis client (Redis or Cluster) or a connected node-redis 6 client (createClient or createCluster)");
+}
+
+/** True for an error the server answered (not one of the connection). */
+function isReply(err) {
+  for (let p = err && Object.getPrototypeOf(err); p; p = Object.getPrototypeOf(p)) {
+    const kind = p.constructor && p.constructor.name;
+    if (kind === "ReplyError" || kind === "ErrorReply") return true; // ioredis, node-redis
+  }
+  return false;
+}
+
+/**
+ * The locker's connections: in a Cluster, one per node for commands and a pool per node for
+ * waits, with the slot table the locker keeps itself (from CLUSTER SLOTS and MOVED answers).
+ */
+class Connections {
+  constructor(connector) {
+    this.connector = connector;
+    this.cluster = connector.cluster;
+    this.mains = new Map(); // address (null outside Cluster) → connection
+    this.idle = new Map(); // address → connections free for a wait
+    this.all = new Set();
+    this.slots = new Array(16384);
+    this.refreshing = null;
+    this.closed = false;
+    if (this.cluster) this.refresh();
+    else this.main(null).catch(() => {}); // connected at once: a renewal must not wait for a handshake
+  }
+
+  track(conn) {
+    this.all.add(conn);
+    return conn;
+  }
+
+  forget(conn) {
+    if (!conn) return;
+    this.all.delete(conn);
+    for (const [address, c] of this.mains) if (c === conn) this.mains.delete(address);
+    conn.destroy();
+  }
+
+  /** The connection that commands for `address` go through (opened when missing or gone). */
+  main(address) {
+    let entry = this.mains.get(address);
+    if (entry && entry.settled && !entry.conn.alive) {
+      this.forget(entry.conn);
+      entry = undefined;
+    }
+    if (!entry) {
+      entry = { settled: false, conn: null };
+      entry.promise = this.connector.open(address, false).then(
+        (conn) => {
+          entry.settled = true;
+          entry.conn = this.track(conn);
+          if (this.closed) conn.destroy();
+          return conn;
+        },
+        (err) => {
+          if (this.mains.get(address) === entry) this.mains.delete(address);
+          throw err;
+        },
+      );
+      this.mains.set(address, entry);
+    }
+    return entry.promise;
+  }
+
+  addressFor(key) {
+    if (!this.cluster) return null;
+    if (key !== undefined) {
+      const address = this.slots[keySlot(key)];
+      if (address) return address;
+    }
+    return this.known()[0];
+  }
+
+  /** Every address known: the slot table's, the application client's, the connections'. */
+  known() {
+    const out = new Set();
+    for (const a of this.slots) if (a) out.add(a);
+    for (const a of this.connector.seeds()) out.add(a);
+    for (const a of this.mains.keys()) out.add(a);
+    if (!out.size) throw new LockError("no node of the Cluster is known");
+    return [...out];
+  }
+
+  /** Reads the slot table again (CLUSTER SLOTS) from the first node that answers. */
+  refresh() {
+    if (!this.cluster || this.closed) return Promise.resolve(false);
+    if (!this.refreshing) {
+      this.refreshing = this.readSlots().finally(() => {
+        this.refreshing = null;
+      });
+      this.refreshing.catch(() => {});
+    }
+    return this.refreshing;
+  }
+
+  async readSlots() {
+    for (const address of this.known()) {
+      try {
+        const conn = await within(this.main(address), 1000, () => new Error("connect"));
+        await within(conn.ready(), 1000, () => new Error("connect"));
+        const reply = await within(conn.call(["CLUSTER", "SLOTS"]), 1000, () => new Error("CLUSTER SLOTS"));
+        const slots = new Array(16384);
+        for (const range of reply) {
+          const [first, last, master] = range;
+          let host = str(master[0]);
+          if (!host || host === "?") host = splitAddress(address).host;
+          const to = `${host}:${str(master[1])}`;
+          for (let s = Number(str(first)); s <= Number(str(last)); s++) slots[s] = to;
+        }
+        this.slots = slots;
+        return true;
+      } catch {
+        const entry = this.mains.get(address);
+        if (entry && entry.settled && !entry.conn.alive) this.forget(entry.conn);
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Sends one command for `key` within `ms`, rejecting with `onTimeout()` past it. In a Cluster
+   * it follows MOVED and ASK, waits out TRYAGAIN and CLUSTERDOWN, and looks the node up again
+   * when it is not reachable (a failover), until the time is up; a command whose connection
+   * dropped after it was sent is sent again only if `resend`.
+   */
+  async send(args, key, ms, onTimeout, { raw = false, resend = true } = {}) {
+    const deadline = now() + ms;
+    if (!this.cluster) {
+      const conn = await within(this.main(null), ms, onTimeout);
+      return within(raw ? conn.raw(args) : conn.call(args), deadline - now(), onTimeout);
+    }
+    let ask = null;
+    for (let attempt = 0; ; attempt++) {
+      const address = ask || this.addressFor(key);
+      const asking = ask !== null;
+      ask = null;
+      let conn = null;
+      let sent = false;
+      try {
+        conn = await within(this.main(address), deadline - now(), onTimeout);
+        await within(conn.ready(), deadline - now(), onTimeout);
+        sent = true;
+        if (asking) conn.call(["ASKING"]).catch(() => {});
+        return await within(raw ? conn.raw(args) : conn.call(args), deadline - now(), onTimeout);
+      } catch (err) {
+        if (err instanceof LockError) throw err;
+        const to = redirection(err);
+        const text = errorText(err);
+        if (to && to.kind === "MOVED") {
+          this.slots[to.slot] = to.address;
+          this.refresh();
+        } else if (to) {
+          ask = to.address;
+        } else if (RETRY_LATER.test(text)) {
+          // the slot is moving, or the cluster is electing a new master: again shortly
+        } else if (!isReply(err) && (!sent || (resend && CONNECTION_LOST.test(text)))) {
+          if (conn && !conn.alive) this.forget(conn);
+          this.refresh();
+        } else {
+          throw err;
+        }
+        const wait = to && attempt < 3 ? 0 : retryPause(attempt);
+        if (now() + wait >= deadline) throw Object.assign(onTimeout(), { cause: err });
+        if (wait) await pause(wait);
+      }
+    }
+  }
+
+  /** A connection of its own for a wait at `address`, with its CLIENT ID (for CLIENT UNBLOCK). */
+  async lend(address) {
+    const idle = this.idle.get(address) || [];
+    let conn;
+    while ((conn = idle.pop())) if (conn.alive) break;
+    if (!conn) {
+      conn = this.track(await this.connector.open(address, true));
+      try {
+        if (this.cluster) await conn.ready();
+        conn.id = str(await conn.call(["CLIENT", "ID"]));
+      } catch (err) {
+        this.forget(conn);
+        throw err;
+      }
+    }
+    return {
+      conn,
+      call: (args) => conn.call(args),
+      drop: () => this.forget(conn),
+      done: (healthy) => {
+        if (!healthy || this.closed || !conn.alive) return this.forget(conn);
+        if (!this.idle.has(address)) this.idle.set(address, []);
+        this.idle.get(address).push(conn);
+      },
+    };
+  }
+
+  async close() {
+    this.closed = true;
+    const all = [...this.all];
+    this.all.clear();
+    this.mains.clear();
+    this.idle.clear();
+    await Promise.all(all.map((c) => c.close()));
+  }
 }
 
 // --- replies ---------------------------------------------------------------------------------------
@@ -297,11 +766,6 @@ function parseInfo(reply) {
   return info;
 }
 
-function positiveMs(value, what) {
-  if (!Number.isInteger(value) || value <= 0) throw new RangeError(`${what} must be a positive integer of milliseconds, not ${value}`);
-  return value;
-}
-
 /** The most places a semaphore (`limit`) may have. */
 const MAX_LIMIT = 1000000;
 
@@ -311,7 +775,7 @@ function modeArgs(opts) {
   if (opts.shared) args.push("SHARED");
   if (opts.limit !== undefined) {
     if (!Number.isInteger(opts.limit) || opts.limit < 1 || opts.limit > MAX_LIMIT) {
-      throw new RangeError(`limit must be an integer from 1 to ${MAX_LIMIT}, not ${opts.limit}`);
+      throw new RangeError(`limit must be an integer from 1 to ${MAX_LIMIT}, not ${shown(opts.limit)}`);
     }
     args.push("LIMIT", opts.limit);
   }
@@ -321,14 +785,25 @@ function modeArgs(opts) {
 
 // --- holds -------------------------------------------------------------------------------------------
 
+/** How soon a renewal that was not answered is tried again (while the lease may still run). */
+const retryRenewal = (ttlMs) => Math.min(Math.max(ttlMs / 20, 10), 250);
+
 class Hold {
-  constructor(locker, name, token, fence, ttlMs, sent) {
+  constructor(locker, name, token, fence, ttlMs, sent, onLost) {
     this.locker = locker;
     this.name = name;
     this.token = token;
     this.fence = fence;
     this.ttl = ttlMs;
     this.released = false;
+    this.lossEntry = null;
+    this.renewEntry = null;
+    this.renewTtl = 0;
+    this.onLost = typeof onLost === "function" ? onLost : null;
+    const controller = new AbortController();
+    this.abortSignal = (err) => controller.abort(err);
+    /** Aborted (reason: LockLostError) when the hold is known lost, or its lease ran out unrenewed. */
+    this.signal = controller.signal;
     this.setLease(sent, ttlMs);
   }
 
@@ -338,6 +813,38 @@ class Hold {
     this.leaseEnd = leaseEnd(sent, ttlMs);
     /** The lease's conservative local end, in ms since the epoch (as npm redlock's `expiration`). */
     this.expiration = Date.now() + (this.leaseEnd - now());
+    this.watch();
+  }
+
+  // At the lease's conservative end, unless a renewal moved it: the hold is lost.
+  watch() {
+    clock.cancel(this.lossEntry);
+    this.lossEntry = null;
+    if (this.released || this.signal.aborted) return;
+    this.lossEntry = clock.at(this.leaseEnd, () => {
+      this.lossEntry = null;
+      if (this.leaseLeft > 0) return this.watch();
+      this.lose(new LockLostError(`${this.name}: no renewal was answered before the lease ran out`, this.name));
+    });
+  }
+
+  /** Signals the loss once: `signal` aborts with `err`, then `onLost(err, hold)` runs. */
+  lose(err) {
+    if (this.released || this.signal.aborted) return;
+    this.stopRenewing();
+    clock.cancel(this.lossEntry);
+    this.lossEntry = null;
+    this.leaseEnd = Math.min(this.leaseEnd, now());
+    this.abortSignal(err);
+    if (this.onLost) {
+      try {
+        this.onLost(err, this);
+      } catch (e) {
+        queueMicrotask(() => {
+          throw e; // the application's callback failed: as any uncaught error of its own
+        });
+      }
+    }
   }
 
   /** Milliseconds left on the lease by the local clock (0 once it ran out). */
@@ -355,14 +862,55 @@ class Hold {
     const sent = now();
     let reply;
     try {
-      reply = await this.locker.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], timeoutMs, "extend", this.name);
+      reply = await this.locker.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], this.name, timeoutMs, "extend");
     } catch (err) {
-      throw translate(err, this.name, "extend");
+      const e = translate(err, this.name, "extend");
+      if (e instanceof LockLostError) this.lose(e);
+      throw e;
     }
-    if (str(reply) !== "1") throw new LockLostError(`cannot extend ${this.name}: the lock is no longer held by this token`, this.name);
+    if (str(reply) !== "1") {
+      const e = new LockLostError(`cannot extend ${this.name}: the lock is no longer held by this token`, this.name);
+      this.lose(e);
+      throw e;
+    }
+    if (this.signal.aborted) return this; // answered after the lease clock had given it up
     this.ttl = ttlMs;
     this.setLease(sent, ttlMs);
     return this;
+  }
+
+  /** Renews every third of `ttlMs`, a third after each renewal was sent, until release or loss. */
+  renewEvery(ttlMs) {
+    this.renewTtl = ttlMs;
+    this.scheduleRenewal(this.leaseSent + ttlMs / 3);
+  }
+
+  scheduleRenewal(at) {
+    clock.cancel(this.renewEntry);
+    this.renewEntry = null;
+    if (!this.renewTtl || this.released || this.signal.aborted) return;
+    this.renewEntry = clock.at(at, () => {
+      this.renewEntry = null;
+      this.renew();
+    });
+  }
+
+  async renew() {
+    const ttlMs = this.renewTtl;
+    try {
+      await this.extend(ttlMs, this.leaseLeft);
+      this.scheduleRenewal(this.leaseSent + ttlMs / 3); // a third after the request: RTT included
+    } catch (err) {
+      if (err instanceof LockLostError) return; // extend() signalled it
+      // Not answered or not reachable: again soon, while the lease may still run.
+      if (this.leaseLeft > 0) this.scheduleRenewal(now() + retryRenewal(ttlMs));
+    }
+  }
+
+  stopRenewing() {
+    this.renewTtl = 0;
+    clock.cancel(this.renewEntry);
+    this.renewEntry = null;
   }
 
   /**
@@ -372,11 +920,17 @@ class Hold {
   async release() {
     if (this.released) return false;
     this.released = true;
+    const renewing = this.renewTtl;
+    this.stopRenewing();
+    clock.cancel(this.lossEntry);
+    this.lossEntry = null;
     let reply;
     try {
-      reply = await this.locker.send(["LOCK.RELEASE", this.name, this.token], Math.max(this.leaseLeft, 1000), "release", this.name);
+      reply = await this.locker.send(["LOCK.RELEASE", this.name, this.token], this.name, Math.max(this.leaseLeft, 1000), "release");
     } catch (err) {
       this.released = false;
+      this.watch();
+      if (renewing) this.renewEvery(renewing);
       throw translate(err, this.name, "release");
     }
     this.leaseEnd = 0;
@@ -392,13 +946,16 @@ class Hold {
     return holders.some((h) => h.token === this.token && h.fence === this.fence);
   }
 
-  /** Runs `command` atomically if this hold is still the lock's (LOCK.CALL). */
+  /**
+   * Runs `command` atomically if this hold is still the lock's (LOCK.CALL). Its reply, or its
+   * error, is the client library's own; LockLostError if the hold is gone.
+   */
   async call(...command) {
     if (command.length === 0) throw new TypeError("call() needs a command");
     try {
-      return await this.locker.send(["LOCK.CALL", this.name, this.token, ...command], COMMAND_TIMEOUT_MS, "call", this.name);
+      return await this.locker.send(["LOCK.CALL", this.name, this.token, ...command], this.name, COMMAND_TIMEOUT_MS, "call", { raw: true, resend: false });
     } catch (err) {
-      throw translate(err, this.name, "call");
+      throw translateGuarded(err, this.name, "call", "LOCK.CALL");
     }
   }
 }
@@ -411,18 +968,20 @@ function abortReason(signal) {
 
 class Locker {
   /**
-   * @param client an ioredis client (Redis) or a connected node-redis client
+   * @param client an ioredis client (Redis or Cluster) or a connected node-redis client
+   * (createClient or createCluster)
    */
   constructor(client) {
-    this.driver = driverFor(client);
+    this.conns = new Connections(connectorFor(client));
     /** Waits in progress, each with the function that ends it (quit() ends them all). */
     this.waits = new Set();
     this.closed = false;
   }
 
-  /** One command on the locker's own connection, rejected with LockTimeoutError after `ms`. */
-  send(args, ms, what, name) {
-    return within(this.driver.call(args), ms, () => new LockTimeoutError(`${what} of ${name}: no answer within ${Math.round(ms)} ms`, name));
+  /** One command for `name` on the locker's own connections, rejected with LockTimeoutError after `ms`. */
+  send(args, name, ms, what, opts) {
+    const onTimeout = () => new LockTimeoutError(`${what} of ${name}: no answer within ${Math.round(ms)} ms`, name);
+    return this.conns.send(args, name, ms, onTimeout, opts);
   }
 
   /** Takes the lock `name` for `ttlMs`; LockBusyError if it is not granted (within `wait`). */
@@ -439,26 +998,31 @@ class Locker {
 
   /**
    * As acquire(), but resolves to null when the lock is not granted. `signal` (an AbortSignal)
-   * ends a wait: its connection is closed, which takes the waiter out of the server's queue, and
-   * the call rejects with the signal's reason. A wait whose connection drops is sent again once,
-   * with the time left; it never outlives `wait` by more than the network's round trip.
+   * ends a wait: the server drops the waiter (CLIENT UNBLOCK, else its connection is closed),
+   * then the call rejects with the signal's reason. A wait whose connection drops is sent again
+   * once, with the time left; one that a Cluster moves (MOVED, ASK, TRYAGAIN) is sent to the
+   * node that serves the key, with the time left; it never outlives `wait` by more than the
+   * network's round trip.
    */
   async tryAcquire(name, ttlMs, opts = {}) {
+    checkName(name);
     positiveMs(ttlMs, "ttlMs");
+    if (opts === null || typeof opts !== "object") throw new TypeError(`the options must be an object, not ${shown(opts)}`);
     if (this.closed) throw new LockError("the locker was closed (quit)", name);
     const signal = opts.signal;
     if (signal && signal.aborted) throw abortReason(signal);
+    if (opts.onLost !== undefined && typeof opts.onLost !== "function") throw new TypeError(`onLost must be a function, not ${shown(opts.onLost)}`);
     const token = opts.token === undefined ? newToken() : String(opts.token);
     const args = ["LOCK.ACQUIRE", name, token, "PX", ttlMs, ...modeArgs(opts)];
     const wait = opts.wait === undefined ? 0 : opts.wait;
     if (!(wait === 0 || wait === Infinity || (typeof wait === "number" && wait > 0))) {
-      throw new RangeError(`wait must be a number of milliseconds, not ${wait}`);
+      throw new (typeof wait === "number" ? RangeError : TypeError)(`wait must be a number of milliseconds, not ${shown(wait)}`);
     }
     let sent = now();
     let reply;
     if (wait === 0) {
       try {
-        reply = await this.send(args, COMMAND_TIMEOUT_MS, "acquire", name);
+        reply = await this.send(args, name, COMMAND_TIMEOUT_MS, "acquire");
       } catch (err) {
         throw translate(err, name, "acquire");
       }
@@ -471,46 +1035,101 @@ class Locker {
       // Granted after a wait: the lease began at the grant, some time after the request was
       // sent; renew now so that the lease clock counts from a known moment.
       const renewSent = now();
-      const renewed = await this.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], ttlMs, "extend", name).catch(() => null);
+      const renewed = await this.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], name, ttlMs, "extend").catch(() => null);
       if (renewed !== null && str(renewed) === "1") sent = renewSent;
       else if (renewed !== null) return null; // gone already: a lease shorter than the round trip
     }
-    return new Hold(this, name, grant.token, grant.fence, ttlMs, sent);
+    return new Hold(this, name, grant.token, grant.fence, ttlMs, sent, opts.onLost);
   }
 
   // A wait in the server, on a connection of its own (never the one other commands go through).
   async waitFor(name, args, wait, signal) {
     const deadline = wait === Infinity ? Infinity : now() + wait;
+    const conns = this.conns;
     let requeued = false;
-    for (;;) {
+    let ask = null;
+    for (let attempt = 0; ; attempt++) {
       const left = deadline === Infinity ? 0 : Math.ceil(deadline - now());
       if (deadline !== Infinity && left <= 0) return null;
-      const conn = await within(this.driver.blocking(), deadline + WAIT_GRACE_MS - now(), () => new LockTimeoutError(`${name}: no connection for the wait within ${wait} ms`, name));
+      const address = ask || conns.addressFor(name);
+      const asking = ask !== null;
+      ask = null;
+      const noConnection = () => new LockTimeoutError(`${name}: no connection for the wait within ${wait} ms`, name);
+      let conn;
+      try {
+        conn = await within(conns.lend(address), deadline + WAIT_GRACE_MS - now(), noConnection);
+      } catch (err) {
+        if (err instanceof LockError || !conns.cluster || this.closed) throw err;
+        conns.refresh(); // a node that is not there (a failover): look the key's node up again
+        if (now() + retryPause(attempt) >= deadline) throw Object.assign(noConnection(), { cause: err });
+        await pause(retryPause(attempt));
+        continue;
+      }
+      // Ending the wait: `stopped` settles once the server has dropped the waiter.
+      let reason;
+      let stopped;
       let end;
       const ended = new Promise((_, reject) => {
         end = reject;
       });
       ended.catch(() => {});
-      const stop = (reason) => {
-        conn.drop(); // closing the connection takes the waiter out of the queue at once
-        end(reason);
+      const stop = (why, gently) => {
+        if (reason !== undefined) return;
+        reason = why;
+        stopped = gently ? this.unblock(conn, address) : Promise.resolve(conn.drop());
+        stopped.then(() => end(why));
       };
-      const onAbort = () => stop(abortReason(signal));
+      const onAbort = () => stop(abortReason(signal), true);
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
       this.waits.add(stop);
       let healthy = false;
       try {
+        if (asking) conn.call(["ASKING"]).catch(() => {});
         const answer = conn.call([...args, "BLOCK", left]);
         const bound = deadline === Infinity ? Infinity : deadline + WAIT_GRACE_MS - now();
-        const reply = await within(Promise.race([answer, ended]), bound, () => {
-          conn.drop();
-          return new LockTimeoutError(`${name}: no answer to the wait within ${wait} ms`, name);
-        });
+        let reply;
+        try {
+          reply = await within(Promise.race([answer, ended]), bound, () => {
+            conn.drop();
+            return new LockTimeoutError(`${name}: no answer to the wait within ${wait} ms`, name);
+          });
+        } catch (err) {
+          if (reason === undefined) throw err;
+        }
+        if (reason !== undefined) {
+          // Ended (abort, quit): the server has dropped the waiter; a grant that came meanwhile
+          // is given back.
+          await stopped;
+          const late = await answer.catch(() => null);
+          const grant = late && Array.isArray(late) ? parseGrant(late, name) : null;
+          if (grant) await this.send(["LOCK.RELEASE", name, grant.token], name, 1000, "release").catch(() => {});
+          healthy = conn.conn.alive;
+          throw reason;
+        }
         healthy = true;
         return reply;
       } catch (err) {
-        if (err instanceof LockError || (signal && signal.aborted) || this.closed) throw err;
-        if (CONNECTION_LOST.test(errorText(err))) {
+        if (err === reason || err instanceof LockError || (signal && signal.aborted) || this.closed) throw err;
+        const to = conns.cluster ? redirection(err) : null;
+        if (to) {
+          // The key is served elsewhere now: queued there, with the time left.
+          healthy = true;
+          if (to.kind === "MOVED") {
+            conns.slots[to.slot] = to.address;
+            conns.refresh();
+          } else {
+            ask = to.address;
+          }
+          continue;
+        }
+        if (conns.cluster && RETRY_LATER.test(errorText(err))) {
+          // The slot moved while waiting (TRYAGAIN): queued again where the key is now.
+          healthy = true;
+          await pause(retryPause(attempt));
+          continue;
+        }
+        if (CONNECTION_LOST.test(errorText(err)) && !isReply(err)) {
+          conns.refresh();
           if (!requeued) {
             requeued = true; // once, with the time left, at the back of the queue
             continue;
@@ -527,60 +1146,42 @@ class Locker {
   }
 
   /**
+   * Takes a waiter out of the server's queue: CLIENT UNBLOCK, whose answer to the wait comes
+   * back before this resolves; if the wait was not blocked (not arrived yet, or answered), its
+   * connection is closed and the server told to close it (CLIENT KILL), which drops the waiter.
+   */
+  async unblock(lent, address) {
+    const run = async (args) => {
+      const main = await this.conns.main(address);
+      return str(await within(main.call(args), 1000, () => new Error("no answer")));
+    };
+    try {
+      if ((await run(["CLIENT", "UNBLOCK", lent.conn.id])) === "1") return;
+    } catch {
+      // not answered: close it below
+    }
+    lent.drop();
+    await run(["CLIENT", "KILL", "ID", lent.conn.id]).catch(() => {});
+  }
+
+  /**
    * Runs `routine(signal, hold)` while holding `name`: the lease is renewed every third of
-   * `ttlMs`, and `signal` is aborted (its reason a LockLostError) when a renewal finds the hold
-   * gone, or when the lease's conservative local end comes with no renewal answered: before the
-   * server can grant the lock to anyone else, whether or not the network answers. The lock is
-   * released when the routine settles (within the lease time left, at least 1 s).
+   * `ttlMs`, and `signal` (the hold's) is aborted (its reason a LockLostError) when a renewal
+   * finds the hold gone, or when the lease's conservative local end comes with no renewal
+   * answered: before the server can grant the lock to anyone else, whether or not the network
+   * answers. The lock is released when the routine settles (within the lease time left, at
+   * least 1 s); using() resolves with what the routine returns, lost or not.
    */
   async using(name, ttlMs, optsOrRoutine, maybeRoutine) {
     const opts = typeof optsOrRoutine === "function" ? {} : optsOrRoutine || {};
     const routine = typeof optsOrRoutine === "function" ? optsOrRoutine : maybeRoutine;
     if (typeof routine !== "function") throw new TypeError("using() needs a routine");
     const hold = await this.acquire(name, ttlMs, opts);
-    const controller = new AbortController();
-    let stopped = false;
-    let renewTimer = null;
-    let lossTimer = null;
-    const lose = (err) => {
-      if (stopped || controller.signal.aborted) return;
-      clearTimeout(renewTimer);
-      clearTimeout(lossTimer);
-      controller.abort(err);
-    };
-    // The lease clock: at the lease's end, unless a renewal moved it.
-    const watchLease = () => {
-      clearTimeout(lossTimer);
-      lossTimer = setTimeout(() => {
-        if (hold.leaseLeft > 0) return watchLease();
-        lose(new LockLostError(`${name}: no renewal was answered before the lease ran out`, name));
-      }, Math.max(0, hold.leaseLeft));
-    };
-    const renew = async () => {
-      if (stopped) return;
-      try {
-        await hold.extend(ttlMs, hold.leaseLeft);
-        if (stopped) return;
-        watchLease();
-        schedule(hold.leaseSent + ttlMs / 3 - now()); // a third after the request: RTT included
-      } catch (err) {
-        if (err instanceof LockLostError) return lose(err);
-        // Not answered or not reachable: again soon, while the lease may still run.
-        if (hold.leaseLeft > 0) schedule(Math.min(Math.max(ttlMs / 20, 10), 250));
-      }
-    };
-    const schedule = (ms) => {
-      if (stopped) return;
-      renewTimer = setTimeout(renew, Math.max(1, Math.floor(ms)));
-    };
-    watchLease();
-    schedule(hold.leaseSent + ttlMs / 3 - now());
+    hold.renewEvery(ttlMs);
     try {
-      return await routine(controller.signal, hold);
+      return await routine(hold.signal, hold);
     } finally {
-      stopped = true;
-      clearTimeout(renewTimer);
-      clearTimeout(lossTimer);
+      hold.stopRenewing();
       await hold.release().catch(() => {}); // false, harmlessly, if the hold was lost
     }
   }
@@ -591,23 +1192,29 @@ class Locker {
    * a semaphore.
    */
   async info(name) {
-    return parseInfo(await this.send(["LOCK.INFO", name], COMMAND_TIMEOUT_MS, "info", name));
+    checkName(name);
+    return parseInfo(await this.send(["LOCK.INFO", name], name, COMMAND_TIMEOUT_MS, "info"));
   }
 
-  /** Runs `command` if `fence` is at least the gate's highest (LOCK.FENCE). */
+  /**
+   * Runs `command` if `fence` is at least the gate's highest (LOCK.FENCE). Its reply, or its
+   * error, is the client library's own; StaleFenceError if a newer fence passed the gate.
+   */
   async fenced(gate, fence, ...command) {
+    checkName(gate, "gate");
+    const value = fenceArg(fence);
     if (command.length === 0) throw new TypeError("fenced() needs a command");
     try {
-      return await this.send(["LOCK.FENCE", gate, BigInt(fence).toString(), ...command], COMMAND_TIMEOUT_MS, "fence", gate);
+      return await this.send(["LOCK.FENCE", gate, value, ...command], gate, COMMAND_TIMEOUT_MS, "fence", { raw: true, resend: false });
     } catch (err) {
-      throw translate(err, gate, "fence");
+      throw translateGuarded(err, gate, "fence", "LOCK.FENCE");
     }
   }
 
   /** True if the server knows `command` (sent with no arguments: an arity error means yes). */
   async supports(command) {
     try {
-      await this.send([command], COMMAND_TIMEOUT_MS, "supports", command);
+      await this.send([command], undefined, COMMAND_TIMEOUT_MS, "supports");
       return true;
     } catch (err) {
       if (err instanceof LockTimeoutError) throw err;
@@ -618,8 +1225,8 @@ class Locker {
   /** Ends the waits in progress (they reject with LockError) and closes the locker's connections (not the client it was given). */
   async quit() {
     this.closed = true;
-    for (const stop of [...this.waits]) stop(new LockError("the locker was closed (quit) during the wait"));
-    await this.driver.close();
+    for (const stop of [...this.waits]) stop(new LockError("the locker was closed (quit) during the wait"), false);
+    await this.conns.close();
   }
 }
 

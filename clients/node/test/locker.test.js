@@ -33,6 +33,8 @@ function rawFence(port, name) {
   });
 }
 
+const owned = (hold) => hold.owned();
+
 async function waitFor(predicate, ms = 5000) {
   const deadline = Date.now() + ms;
   while (!(await predicate())) {
@@ -163,6 +165,130 @@ for (const lib of LIBRARIES) {
       assert.throws(() => new Locker({}), TypeError);
     });
 
+    test("arguments of the wrong type: a TypeError that names the value as given", async () => {
+      await assert.rejects(locker.acquire(key("t"), "1000"), (e) => e instanceof TypeError && e.message.includes('"1000" (a string)'));
+      await assert.rejects(locker.acquire(key("t"), 1000, { wait: "500" }), (e) => e instanceof TypeError && e.message.includes('"500"'));
+      for (const name of [undefined, null, 42]) {
+        await assert.rejects(locker.acquire(name, 1000), (e) => e instanceof TypeError && e.message.includes(String(name)));
+      }
+      assert.equal(Number(await lib.call(client, "EXISTS", "undefined", "null", "42")), 0, "a key was locked by a name that was not given");
+      await assert.rejects(locker.fenced(key("tg"), undefined, "SET", key("{tg}"), "1"), (e) => e instanceof TypeError && /fence .*undefined/.test(e.message));
+      await assert.rejects(locker.fenced(key("tg"), 1.5, "SET", key("{tg}"), "1"), TypeError);
+      await assert.rejects(locker.fenced(key("tg"), "12a", "SET", key("{tg}"), "1"), TypeError);
+    });
+
+    test("the command inside call() and fenced() answers as the client library does", async () => {
+      const hold = await locker.acquire(key("{in}"), 10000);
+      await lib.call(client, "SET", key("{in}:direct"), "v");
+      await lib.call(client, "HSET", key("{in}:hash"), "f", "1");
+      assert.equal(await hold.call("SET", key("{in}:s"), "v"), await lib.call(client, "SET", key("{in}:direct"), "v"));
+      const got = await hold.call("GET", key("{in}:s"));
+      assert.equal(typeof got, "string");
+      assert.deepEqual(got, await lib.call(client, "GET", key("{in}:direct")));
+      assert.deepEqual(await hold.call("INCR", key("{in}:n")), await lib.call(client, "INCR", key("{in}:m")));
+      assert.deepEqual(await hold.call("GET", key("{in}:none")), await lib.call(client, "GET", key("{in}:none")));
+      const direct = async (...args) => lib.call(client, ...args).then(() => assert.fail("answered"), (e) => e);
+      const inner = async (p) => p.then(() => assert.fail("answered"), (e) => e);
+      for (const [ours, theirs] of [
+        [await inner(hold.call("NOSUCH")), await direct("NOSUCH")],
+        [await inner(hold.call("INCR", key("{in}:hash"))), await direct("INCR", key("{in}:hash"))],
+        [await inner(locker.fenced(key("{in}:gate"), hold.fence, "NOSUCH")), await direct("NOSUCH")],
+      ]) {
+        assert.ok(!(ours instanceof LockError), `${ours.name}: ${ours.message}`);
+        assert.equal(ours.constructor, theirs.constructor);
+        assert.equal(ours.message.split(" ")[0], theirs.message.split(" ")[0]);
+      }
+      assert.equal(await owned(hold), true, "an inner error said nothing of the hold");
+      await hold.release();
+      await assert.rejects(hold.call("GET", key("{in}:s")), LockLostError);
+      assert.deepEqual(await locker.fenced(key("{in}:gate"), hold.fence, "INCR", key("{in}:n")), await lib.call(client, "INCR", key("{in}:m")));
+      await assert.rejects(locker.fenced(key("{in}:gate"), hold.fence - 1n, "SET", key("{in}:s"), "w"), StaleFenceError);
+    });
+
+    test("a plain acquire has a lease clock: signal and onLost before anyone else is granted", async () => {
+      const lost = [];
+      const at = {};
+      const hold = await locker.acquire(key("clock"), 300, { onLost: (err, h) => lost.push([err, h]) });
+      assert.equal(hold.signal.aborted, false);
+      const other = new Locker(client);
+      try {
+        const granted = other.acquire(key("clock"), 10000, { wait: 5000 }).then((h) => {
+          at.granted = performance.now();
+          return h;
+        });
+        await new Promise((resolve) => hold.signal.addEventListener("abort", resolve, { once: true }));
+        at.lost = performance.now();
+        assert.ok(hold.signal.reason instanceof LockLostError);
+        assert.equal(lost.length, 1);
+        assert.equal(lost[0][0], hold.signal.reason);
+        assert.equal(lost[0][1], hold);
+        assert.equal(hold.leaseLeft, 0);
+        await (await granted).release();
+        assert.ok(at.lost < at.granted, JSON.stringify(at));
+        assert.equal(await hold.release(), false);
+        // A renewal that finds the hold gone signals it too; a released hold never does.
+        const deleted = await locker.acquire(key("clock2"), 10000);
+        await lib.call(client, "DEL", key("clock2"));
+        await assert.rejects(deleted.extend(), LockLostError);
+        assert.ok(deleted.signal.reason instanceof LockLostError);
+        const released = await locker.acquire(key("clock3"), 10000);
+        await released.release();
+        assert.equal(released.signal.aborted, false);
+      } finally {
+        await other.quit();
+      }
+    });
+
+    test("1,000 holds, renewed or not, add no timer: one loop serves them all", async () => {
+      // Counts the timers alive (set, not fired, not cleared) in this process.
+      const live = new Set();
+      const { setTimeout: set, clearTimeout: clear } = globalThis;
+      globalThis.setTimeout = function (fn, ...rest) {
+        const t = set(function (...a) {
+          live.delete(t);
+          return fn.apply(this, a);
+        }, ...rest);
+        live.add(t);
+        return t;
+      };
+      globalThis.clearTimeout = (t) => {
+        live.delete(t);
+        return clear(t);
+      };
+      const holds = [];
+      let open;
+      const gate = new Promise((resolve) => (open = resolve));
+      let started = 0;
+      let allStarted;
+      const running = new Promise((resolve) => (allStarted = resolve));
+      const routines = [];
+      let during;
+      let before;
+      try {
+        await (await locker.acquire(key("warm"), 60000)).release();
+        before = live.size;
+        for (let i = 0; i < 1000; i++) {
+          routines.push(
+            locker.using(key(`many:${i}`), 60000, async () => {
+              if (++started === 1000) allStarted();
+              await gate;
+            }),
+          );
+        }
+        for (let i = 0; i < 1000; i++) holds.push(locker.acquire(key(`plain:${i}`), 60000, { onLost: () => {} }));
+        await Promise.all(holds);
+        await running;
+        during = live.size;
+      } finally {
+        globalThis.setTimeout = set;
+        globalThis.clearTimeout = clear;
+        open();
+        await Promise.all(routines);
+        await Promise.all((await Promise.all(holds)).map((h) => h.release()));
+      }
+      assert.ok(during - before <= 1, `${during - before} timers for 2,000 holds`);
+    });
+
     test("shared holds: many readers, each with its own token, fence and lease", async () => {
       const readers = [];
       for (const ttl of [10000, 20000, 30000]) readers.push(await locker.acquire(key("rw"), ttl, { shared: true }));
@@ -253,6 +379,7 @@ for (const lib of LIBRARIES) {
         assert.equal(err.limit, 2);
         assert.equal(err.otherMode, false);
         assert.equal(err.lockName, key("pool"));
+        assert.match(err.message, /^the key is a semaphore with LIMIT 2/);
       }
       const reader = await locker.acquire(key("rw2"), 10000, { shared: true, token: "reader-1" });
       await assert.rejects(locker.acquire(key("rw2"), 10000, { limit: 2 }), (e) => e instanceof LockKindError && e.limit === undefined);
@@ -305,6 +432,9 @@ describe("a server without the newer options", () => {
       const option = args.slice(4).find((a) => /^(SHARED|LIMIT|EPHEMERAL)$/i.test(String(a)));
       if (option) throw new Error(`ERR syntax error: unknown option '${option}'`);
       return [Buffer.from(String(args[1])), "61727287109632"];
+    },
+    call(command, ...args) {
+      return this.callBuffer(command, ...args);
     },
     async quit() {},
   };

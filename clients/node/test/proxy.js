@@ -35,7 +35,9 @@ class Proxy {
       from.on("error", () => {});
       from.on("close", () => {
         this.sockets.delete(from);
-        to.destroy();
+        // A slow network delays the close as it delays the bytes before it.
+        if (this.delayMs) setTimeout(() => to.destroy(), this.delayMs);
+        else to.destroy();
       });
     }
   }

@@ -17,15 +17,25 @@ function modulePath() {
   return p;
 }
 
-function freePort() {
+function bind(port) {
   return new Promise((resolve, reject) => {
     const srv = net.createServer();
     srv.once("error", reject);
-    srv.listen(0, "127.0.0.1", () => {
-      const { port } = srv.address();
-      srv.close(() => resolve(port));
+    srv.listen(port, "127.0.0.1", () => {
+      const bound = srv.address().port;
+      srv.close(() => resolve(bound));
     });
   });
+}
+
+/** A free loopback port; with `bus`, one whose Cluster bus port (port + 10000) is free too. */
+async function freePort(bus = false) {
+  for (;;) {
+    const port = await bind(0);
+    if (!bus) return port;
+    if (port + 10000 > 65535) continue;
+    if (await bind(port + 10000).then(() => true, () => false)) return port;
+  }
 }
 
 function ping(port) {
@@ -46,14 +56,16 @@ function ping(port) {
 }
 
 class Server {
-  static async start() {
+  /** `extra`: more arguments for the server (a Cluster node's, for one). */
+  static async start(extra = []) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redislock-node-"));
+    const cluster = extra.includes("--cluster-enabled");
     for (let attempt = 0; attempt < 5; attempt++) {
-      const port = await freePort();
+      const port = await freePort(cluster);
       const proc = spawn(
         process.env.REDIS_SERVER || "redis-server",
         ["--bind", "127.0.0.1", "--port", String(port), "--dir", dir, "--save", "", "--appendonly", "no",
-          "--logfile", "server.log", "--loadmodule", modulePath()],
+          "--logfile", "server.log", "--loadmodule", modulePath(), ...extra],
         { cwd: dir, stdio: "ignore" },
       );
       let exited = false;
@@ -81,6 +93,154 @@ class Server {
       await exited;
     }
     if (!process.env.REDISLOCK_KEEP_TEST_DIRS) fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+/**
+ * Commands sent one after the other on a connection of their own, with no client library in
+ * between: their RESP2 replies (errors as Error values), for setting up and looking at servers.
+ */
+function pipeline(port, ...commands) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, "127.0.0.1");
+    const wire = commands
+      .map((args) => `*${args.length}\r\n` + args.map((a) => `$${Buffer.byteLength(String(a))}\r\n${a}\r\n`).join(""))
+      .join("");
+    sock.once("connect", () => sock.write(wire));
+    let data = Buffer.alloc(0);
+    sock.on("data", (d) => {
+      data = Buffer.concat([data, d]);
+      const replies = [];
+      for (let at = 0; replies.length < commands.length; ) {
+        const reply = parse(data, at);
+        if (!reply) return;
+        replies.push(reply.value);
+        at = reply.end;
+      }
+      sock.destroy();
+      resolve(replies);
+    });
+    sock.once("error", reject);
+  });
+}
+
+/** One command, as pipeline(); rejects with the server's error. */
+async function command(port, ...args) {
+  const [reply] = await pipeline(port, args);
+  if (reply instanceof Error) throw reply;
+  return reply;
+}
+
+/** A RESP2 reply at `at` of `buf`: { value, end }, or null while incomplete. */
+function parse(buf, at) {
+  const eol = buf.indexOf("\r\n", at);
+  if (eol === -1) return null;
+  const line = buf.toString("utf8", at + 1, eol);
+  const next = eol + 2;
+  switch (String.fromCharCode(buf[at])) {
+    case "+":
+      return { value: line, end: next };
+    case "-":
+      return { value: new Error(line), end: next };
+    case ":":
+      return { value: Number(line), end: next };
+    case "$": {
+      const n = Number(line);
+      if (n < 0) return { value: null, end: next };
+      if (buf.length < next + n + 2) return null;
+      return { value: buf.toString("utf8", next, next + n), end: next + n + 2 };
+    }
+    case "*": {
+      const n = Number(line);
+      if (n < 0) return { value: null, end: next };
+      const out = [];
+      let pos = next;
+      for (let i = 0; i < n; i++) {
+        const item = parse(buf, pos);
+        if (!item) return null;
+        out.push(item.value);
+        pos = item.end;
+      }
+      return { value: out, end: pos };
+    }
+    default:
+      throw new Error(`unexpected reply: ${buf.toString()}`);
+  }
+}
+
+/** Polls `predicate` (server state that no event announces) until true, within `ms`. */
+async function eventually(predicate, ms = 10000, what = "condition") {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    if (await predicate().catch(() => false)) return;
+    if (Date.now() > deadline) throw new Error(`${what} not reached within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 20)); // polling: the cluster's gossip has no event to await
+  }
+}
+
+/**
+ * A Redis Cluster of three masters, each with one replica (`replicas: false`: none), on free
+ * loopback ports, the module loaded. stop() kills every node and removes their directories.
+ */
+class Cluster {
+  static async start({ replicas = true } = {}) {
+    const cluster = new Cluster();
+    try {
+      const args = ["--cluster-enabled", "yes", "--cluster-node-timeout", "2000", "--cluster-replica-validity-factor", "0", "--repl-diskless-sync-delay", "0"];
+      cluster.masters = await Promise.all([0, 1, 2].map(() => Server.start(args)));
+      cluster.replicas = replicas ? await Promise.all([0, 1, 2].map(() => Server.start(args))) : [];
+      const all = [...cluster.masters, ...cluster.replicas];
+      for (const n of all) n.id = await command(n.port, "CLUSTER", "MYID");
+      const ranges = [[0, 5460], [5461, 10922], [10923, 16383]];
+      for (const [i, m] of cluster.masters.entries()) {
+        const slots = [];
+        for (let s = ranges[i][0]; s <= ranges[i][1]; s++) slots.push(s);
+        await command(m.port, "CLUSTER", "ADDSLOTS", ...slots);
+        // Distinct config epochs at once, as redis-cli --cluster create sets them.
+        await command(m.port, "CLUSTER", "SET-CONFIG-EPOCH", String(i + 1));
+      }
+      for (const n of all.slice(1)) await command(n.port, "CLUSTER", "MEET", "127.0.0.1", String(all[0].port));
+      await eventually(async () => {
+        for (const n of all) {
+          const nodes = await command(n.port, "CLUSTER", "NODES");
+          if (nodes.trim().split("\n").length !== all.length || nodes.includes("handshake")) return false;
+        }
+        return true;
+      }, 20000, "every node knowing every other");
+      for (const [i, r] of cluster.replicas.entries()) await command(r.port, "CLUSTER", "REPLICATE", cluster.masters[i].id);
+      await eventually(async () => {
+        for (const n of all) if (!(await command(n.port, "CLUSTER", "INFO")).includes("cluster_state:ok")) return false;
+        for (const r of cluster.replicas) if (!(await command(r.port, "INFO", "replication")).includes("master_link_status:up")) return false;
+        return true;
+      }, 20000, "cluster_state:ok with every replica in sync");
+      return cluster;
+    } catch (err) {
+      await cluster.stop();
+      throw err;
+    }
+  }
+
+  constructor() {
+    this.masters = [];
+    this.replicas = [];
+  }
+
+  get nodes() {
+    return [...this.masters, ...this.replicas];
+  }
+
+  /** The master that serves `slot` now, as CLUSTER SLOTS of a live node says. */
+  async masterOf(slot) {
+    for (const n of this.nodes) {
+      if (n.proc.exitCode !== null || n.proc.signalCode !== null) continue;
+      const ranges = await command(n.port, "CLUSTER", "SLOTS");
+      for (const [first, last, [, port]] of ranges) if (slot >= first && slot <= last) return this.nodes.find((x) => x.port === port);
+    }
+    throw new Error(`no node serves slot ${slot}`);
+  }
+
+  async stop() {
+    await Promise.all(this.nodes.map((n) => n.stop()));
   }
 }
 
@@ -119,4 +279,4 @@ const LIBRARIES = [
   },
 ];
 
-module.exports = { Server, LIBRARIES, REPO, modulePath };
+module.exports = { Server, Cluster, LIBRARIES, REPO, modulePath, command, pipeline, eventually };

@@ -1,7 +1,19 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
+import Redis, { Cluster } from "ioredis";
+import { createClient, createCluster } from "redis";
 import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, StaleFenceError } from "..";
 
-declare const client: object;
+declare const client: Redis;
+
+// Every client the package supports is accepted; an object that is not a client is not.
+export function clients(cluster: Cluster, nodeRedis: ReturnType<typeof createClient>, nodeCluster: ReturnType<typeof createCluster>): Locker[] {
+  // @ts-expect-error an empty object is not a client
+  const refused = new Locker({});
+  // @ts-expect-error nor is a string
+  const refusedToo = new Locker("redis://127.0.0.1");
+  void refused, refusedToo;
+  return [new Locker(client), new Locker(cluster), new Locker(nodeRedis), new Locker(nodeCluster)];
+}
 
 async function uses(): Promise<bigint> {
   const locker = new Locker(client);
@@ -13,6 +25,11 @@ async function uses(): Promise<bigint> {
   const cancel = new AbortController();
   const waited: Hold | null = await locker.tryAcquire("lock:a", 1000, { wait: 2000, signal: cancel.signal });
   const left: number = waited ? waited.leaseLeft : 0;
+  const lost: AbortSignal = hold.signal;
+  const watched: Hold = await locker.acquire("lock:d", 1000, {
+    onLost: (err: LockLostError, h: Hold) => void [err.lockName, h.fence],
+  });
+  void lost, watched;
   try {
     await hold.extend(1000, 200);
   } catch (e) {
