@@ -1,4 +1,4 @@
-// Types of the redislock client for Node.js (ioredis and node-redis).
+// Types of the redislock client for Node.js: ioredis 6 (Redis, Cluster) and node-redis 6 (createClient, createCluster).
 
 /** What the locker uses of an ioredis client: `Redis` or `Cluster`. */
 export interface IoredisClient {

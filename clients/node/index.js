@@ -438,7 +438,9 @@ class IoredisConnector {
     const out = [];
     for (const n of this.client.nodes("master")) out.push(`${n.options.host}:${n.options.port}`);
     for (const n of this.client.startupNodes || []) {
-      if (n && typeof n === "object" && n.port) out.push(`${n.host || "127.0.0.1"}:${n.port}`);
+      if (typeof n === "number") out.push(`127.0.0.1:${n}`);
+      else if (typeof n === "string") out.push(/:\d+$/.test(n) ? n.replace(/^rediss?:\/\/([^@]*@)?/, "") : `${n}:6379`);
+      else if (n && typeof n === "object") out.push(`${n.host || "127.0.0.1"}:${n.port || 6379}`);
     }
     return out;
   }
@@ -1080,6 +1082,10 @@ class Locker {
         stopped.then(() => end(why));
       };
       const onAbort = () => stop(abortReason(signal), true);
+      if (signal && signal.aborted) {
+        conn.done(true); // aborted while the connection was being found: nothing was sent
+        throw abortReason(signal);
+      }
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
       this.waits.add(stop);
       let healthy = false;
@@ -1100,7 +1106,7 @@ class Locker {
           // Ended (abort, quit): the server has dropped the waiter; a grant that came meanwhile
           // is given back.
           await stopped;
-          const late = await answer.catch(() => null);
+          const late = await within(answer, 1000, () => new Error("no answer")).catch(() => null);
           const grant = late && Array.isArray(late) ? parseGrant(late, name) : null;
           if (grant) await this.send(["LOCK.RELEASE", name, grant.token], name, 1000, "release").catch(() => {});
           healthy = conn.conn.alive;

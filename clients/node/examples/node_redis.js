@@ -1,4 +1,4 @@
-// redislock with node-redis (the `redis` package), v5 or newer.
+// redislock with node-redis 6 (the `redis` package).
 //
 //   node node_redis.js [PORT]
 "use strict";

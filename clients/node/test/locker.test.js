@@ -451,3 +451,29 @@ describe("a server without the newer options", () => {
     await locker.quit();
   });
 });
+
+// The versions of ioredis and node-redis that package.json accepts are the ones these tests run
+// with, and the types and the manual say the same.
+test("the client library versions claimed are the ones tested", () => {
+  const fs = require("node:fs");
+  const path = require("node:path");
+  const root = path.join(__dirname, "..");
+  const pkg = JSON.parse(fs.readFileSync(path.join(root, "package.json"), "utf8"));
+  const installed = (name) => JSON.parse(fs.readFileSync(require.resolve(`${name}/package.json`, { paths: [root] }), "utf8")).version;
+  for (const [name, label] of [["ioredis", "ioredis"], ["redis", "node-redis"]]) {
+    const range = pkg.peerDependencies[name];
+    const m = range.match(/^\^(\d+)\.(\d+)\.(\d+)$/);
+    assert.ok(m, `${name}: a caret range, not ${range}`);
+    const v = installed(name).split(".").map(Number);
+    const floor = m.slice(1).map(Number);
+    assert.equal(v[0], floor[0], `${name} ${installed(name)} is tested, ${range} claimed`);
+    assert.ok(v[1] > floor[1] || (v[1] === floor[1] && v[2] >= floor[2]), `${name} ${installed(name)} is below ${range}`);
+    assert.equal(pkg.devDependencies[name], installed(name));
+    const major = `${label} ${floor[0]}`;
+    for (const file of [path.join(root, "index.d.ts"), path.join(root, "README.md"), path.join(root, "../../docs/clients.md")]) {
+      const text = fs.readFileSync(file, "utf8");
+      assert.ok(text.includes(major), `${path.basename(file)} does not say ${major}`);
+      assert.doesNotMatch(text, new RegExp(`${label} \\(?v?(?!${floor[0]}\\b)\\d`), `${path.basename(file)} names another ${label} version`);
+    }
+  }
+});
