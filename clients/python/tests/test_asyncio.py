@@ -156,3 +156,17 @@ def test_shared_holds_and_semaphores(server, r):
             await b.aclose()
 
     run(main())
+
+
+def test_an_async_with_block_whose_lease_ran_out_raises_on_exit(server, r):
+    async def main():
+        a = client(server)
+        try:
+            with pytest.raises(LockNotOwnedError):
+                async with alock.Lock(a, "lock:block", timeout=0.3) as lock:
+                    await asyncio.wait_for(lock.lost.wait(), 2)
+        finally:
+            await a.aclose()
+
+    run(main())
+    assert not r.exists("lock:block")

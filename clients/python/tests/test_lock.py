@@ -395,3 +395,12 @@ def test_fence_grows_with_every_grant(r):
         with redislock.Lock(r, "lock:v", timeout=5) as lock:
             fences.append(lock.fence)
     assert fences == sorted(fences) and len(set(fences)) == 3
+
+
+def test_a_with_block_whose_lease_ran_out_raises_on_exit(r):
+    """No auto-renew: the lease clock alone says the hold is lost, and the block's end says so
+    too (even if the server still had a few milliseconds of it)."""
+    with pytest.raises(LockNotOwnedError):
+        with redislock.Lock(r, "lock:block", timeout=0.3) as lock:
+            assert lock.lost.wait(2)
+    assert not r.exists("lock:block")

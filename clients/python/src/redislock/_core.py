@@ -541,8 +541,11 @@ def release(name: Any, local: Local, forget: Callable[[], None]) -> Flow[None]:
     token = local.token
     if token is None:
         raise lock_error(LockError, "Cannot release a lock that's not owned or is already unlocked.", name)
-    forget()
     hold = local.hold
+    # Signalled lost (its lease clock ran out): whatever the server still has is freed, and
+    # the release says the hold was lost, as the with-block does.
+    lost = hold is not None and hold.left() == 0.0
+    forget()
     left = max(hold.left() if hold is not None else 0.0, 1.0)
     try:
         released = yield Send(["LOCK.RELEASE", name, token], bound=left)
@@ -550,7 +553,7 @@ def release(name: Any, local: Local, forget: Callable[[], None]) -> Flow[None]:
         local.token = None
         raise translate(err, name, "release") from err
     local.token = None
-    if not released:
+    if not released or lost:
         raise lock_error(LockNotOwnedError, "Cannot release a lock that's no longer owned", name)
 
 
