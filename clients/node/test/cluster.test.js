@@ -132,13 +132,24 @@ for (const [index, lib] of LIBRARIES.entries()) {
       const master = cluster.masters[index];
       const replica = cluster.replicas[index];
       const hold = await locker.acquire(name, 30000);
+      // Renewed every 500 ms through the failover: no loss.
+      let promoted;
+      const promotion = new Promise((resolve) => (promoted = resolve));
+      const renewed = locker.using(name.replace("lock", "renewed"), 1500, async (signal, h) => {
+        const at = await promotion;
+        await eventually(async () => h.leaseSent > at, 5000, "a renewal answered by the new master");
+        return signal.aborted;
+      });
+      await eventually(async () => (await command(master.port, "LOCK.INFO", name.replace("lock", "renewed"))) !== null, 5000, "the renewed hold");
       assert.equal(await command(master.port, "WAIT", 1, 5000), 1);
       await master.stop(); // SIGKILL
       // Sent while the slot's master is dead; answered once the replica took over.
       const extended = hold.extend(30000);
       await command(replica.port, "CLUSTER", "FAILOVER", "TAKEOVER");
       await eventually(async () => (await command(replica.port, "ROLE"))[0] === "master", 10000, "the promotion");
+      promoted(performance.now());
       assert.equal(await extended, hold);
+      assert.equal(await renewed, false, "the renewed hold was signalled lost");
       assert.equal(await hold.owned(), true);
       const waiting = locker.acquire(name, 30000, { wait: 5000 });
       await eventually(async () => (await infoAt(replica, name)).waiters === 1, 5000, "the waiter on the new master");
