@@ -210,7 +210,8 @@ class Clock {
     this.timer = null;
     this.timerAt = next;
     if (next === Infinity) return;
-    this.timer = setTimeout(() => this.run(), Math.max(0, Math.ceil(next - now())));
+    // setTimeout takes at most 2^31 - 1 ms; a later entry is looked at again then.
+    this.timer = setTimeout(() => this.run(), Math.min(Math.max(0, Math.ceil(next - now())), 2147483647));
     if (typeof this.timer.unref === "function") this.timer.unref();
   }
 
@@ -403,10 +404,12 @@ class IoredisConnector {
   constructor(client) {
     this.client = client;
     this.cluster = client.isCluster === true;
+    this.baseClient = null;
   }
 
   /** A node client of the application's Cluster, whose options the locker's connections take. */
   async base() {
+    if (this.baseClient) return this.baseClient;
     const nodes = () => this.client.nodes("all");
     if (!nodes().length) {
       await within(
@@ -415,7 +418,8 @@ class IoredisConnector {
         () => new LockTimeoutError("the ioredis Cluster did not connect within 5 s"),
       );
     }
-    return nodes()[0];
+    this.baseClient = nodes()[0];
+    return this.baseClient;
   }
 
   async open(address, blocking) {
@@ -498,14 +502,18 @@ class NodeRedisConnector {
   constructor(client) {
     this.client = client;
     this.cluster = typeof client.nodeClient === "function";
+    this.baseClient = null;
   }
 
   async open(address, blocking) {
     void blocking;
     if (!this.cluster) return new NodeRedisConnection(this.client.duplicate());
-    const masters = this.client.masters || [];
-    if (!masters.length) throw new LockError("the node-redis cluster client is not connected (await cluster.connect())");
-    const base = await this.client.nodeClient(masters[0]);
+    if (!this.baseClient) {
+      const masters = this.client.masters || [];
+      if (!masters.length) throw new LockError("the node-redis cluster client is not connected (await cluster.connect())");
+      this.baseClient = await this.client.nodeClient(masters[0]);
+    }
+    const base = this.baseClient;
     const { host, port } = splitAddress(address);
     const socket = { ...((base.options && base.options.socket) || {}), host, port, reconnectStrategy: false };
     return new NodeRedisConnection(base.duplicate({ socket }));
@@ -1051,6 +1059,8 @@ class Locker {
     let requeued = false;
     let ask = null;
     for (let attempt = 0; ; attempt++) {
+      if (this.closed) throw new LockError("the locker was closed (quit) during the wait", name);
+      if (signal && signal.aborted) throw abortReason(signal); // between two sends: no waiter in the server
       const left = deadline === Infinity ? 0 : Math.ceil(deadline - now());
       if (deadline !== Infinity && left <= 0) return null;
       const address = ask || conns.addressFor(name);
@@ -1061,7 +1071,13 @@ class Locker {
       try {
         conn = await within(conns.lend(address), deadline + WAIT_GRACE_MS - now(), noConnection);
       } catch (err) {
-        if (err instanceof LockError || !conns.cluster || this.closed) throw err;
+        if (err instanceof LockError || this.closed) throw err;
+        if (!conns.cluster) {
+          // The server did not answer the new connection: as a dropped wait, once more.
+          if (requeued) throw Object.assign(new LockError(`${name}: no connection for the wait (${errorText(err)})`, name), { cause: err });
+          requeued = true;
+          continue;
+        }
         conns.refresh(); // a node that is not there (a failover): look the key's node up again
         if (now() + retryPause(attempt) >= deadline) throw Object.assign(noConnection(), { cause: err });
         await pause(retryPause(attempt));

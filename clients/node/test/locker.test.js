@@ -239,6 +239,25 @@ for (const lib of LIBRARIES) {
       }
     });
 
+    test("a lease longer than a timer can wait (2^31 ms) does not wake the process", async () => {
+      const set = globalThis.setTimeout;
+      let timers = 0;
+      globalThis.setTimeout = (...args) => {
+        timers++;
+        return set(...args);
+      };
+      try {
+        await locker.using(key("long"), 30 * 24 * 3600 * 1000, async (signal) => {
+          timers = 0;
+          await new Promise((r) => set(r, 100)); // the time that passes is what is tested
+          assert.equal(signal.aborted, false);
+        });
+      } finally {
+        globalThis.setTimeout = set;
+      }
+      assert.ok(timers < 5, `${timers} timers set in 100 ms`);
+    });
+
     test("1,000 holds, renewed or not, add no timer: one loop serves them all", async () => {
       // Counts the timers alive (set, not fired, not cleared) in this process.
       const live = new Set();
