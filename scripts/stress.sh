@@ -18,14 +18,15 @@
 #                  every mutant must be caught, or be listed in .cargo/mutants.toml with a reason
 #   7. upgrade     tests/upgrade.rs against the previous release's module (built once by
 #                  scripts/previous-module.sh into target/previous/), on each server of the matrix
-#   8. soak        tests/soak/ (random commands between restarts, reloads, rewrites, syncs and
-#                  failovers, checked against a model) for STRESS_SOAK_SECS (default 150) on each
+#   8. soak        tests/soak/ (random commands between restarts, reloads, rewrites, syncs,
+#                  failovers and, in Cluster, slot moves, checked against a model) for
+#                  STRESS_SOAK_SECS (default 150) each, twice (plain and Cluster) on each
 #                  server of the matrix, seed STRESS_SEED
 #   9. long tests  integration tests too slow for make test (REDISLOCK_LONG_TESTS=1)
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
 # found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
-# about 20 for the mutants and STRESS_SOAK_SECS per server for the soak.
+# about 20 for the mutants and twice STRESS_SOAK_SECS per server for the soak.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -289,19 +290,22 @@ n=0
 for server in $servers; do
     label=$("$server" --version | cut -d' ' -f1-3)
     n=$((n + 1))
-    log="$logs/soak-server-$n.log"
-    t0=$(date +%s)
-    # The soak stops itself after SOAK_SECS; the timeout catches a step that never ends.
-    REDIS_SERVER=$server SEED=$SEED SOAK_SECS=$SOAK_SECS \
-        timeout --kill-after=10 $((SOAK_SECS + 300)) \
-        cargo test --release --test suite soak::random -- --nocapture >"$log" 2>&1
-    rc=$?
-    grep -h "^SOAK-SUMMARY" "$log" || grep -h -A3 "soak failed" "$log" || tail -20 "$log"
-    if [ $rc -eq 0 ]; then
-        result "soak on $label: $(field SOAK-SUMMARY "$log" steps) steps, $(field SOAK-SUMMARY "$log" operations) operations ($(field SOAK-SUMMARY "$log" restarts) restarts or failovers), $(field SOAK-SUMMARY "$log" grants) grants, $(field SOAK-SUMMARY "$log" handoffs) handoffs, 0 problems [$(elapsed $t0)s]"
-    else
-        fail "soak on $label (exit $rc); see $log"
-    fi
+    for soak in random_commands_and_operations random_commands_while_slots_move; do
+        log="$logs/soak-server-$n-$soak.log"
+        where=$([ $soak = random_commands_while_slots_move ] && echo " in Cluster" || true)
+        t0=$(date +%s)
+        # The soak stops itself after SOAK_SECS; the timeout catches a step that never ends.
+        REDIS_SERVER=$server SEED=$SEED SOAK_SECS=$SOAK_SECS \
+            timeout --kill-after=10 $((SOAK_SECS + 300)) \
+            cargo test --release --test suite "soak::$soak" -- --exact --nocapture >"$log" 2>&1
+        rc=$?
+        grep -h "^SOAK-SUMMARY" "$log" || grep -h -A3 "soak failed" "$log" || tail -20 "$log"
+        if [ $rc -eq 0 ]; then
+            result "soak$where on $label: $(field SOAK-SUMMARY "$log" steps) steps, $(field SOAK-SUMMARY "$log" operations) operations ($(field SOAK-SUMMARY "$log" restarts) restarts or failovers, $(field SOAK-SUMMARY "$log" moves) slot moves), $(field SOAK-SUMMARY "$log" grants) grants, $(field SOAK-SUMMARY "$log" handoffs) handoffs, 0 problems [$(elapsed $t0)s]"
+        else
+            fail "soak$where on $label (exit $rc); see $log"
+        fi
+    done
 done
 
 # 9. Long tests ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 //! waits served by handoff, leases that end by themselves, `DEL` of locks and gates, closed and
 //! killed connections — interleaved with operations: restarts from the AOF and from RDB
 //! snapshots, `DEBUG RELOAD`, `DEBUG LOADAOF`, `BGREWRITEAOF`, the replica's full and partial
-//! syncs and restarts, and `FAILOVER`.
+//! syncs and restarts, and `FAILOVER`. A second soak runs the same in Redis Cluster, where the
+//! keys' slots move between two shards with locks held and waiters waiting (`cluster.rs`).
 //!
 //! A model (`model.rs`) follows what the clients were told; after every operation, and every
 //! `CHECK_EVERY` steps, the servers must be up with no crash in their logs, every lock, gate and
@@ -12,7 +13,8 @@
 //! replica must have equal digests. Every grant's fence must exceed all earlier ones of its
 //! name, over the whole run.
 //!
-//! `SEED` (default: the time) replays a run; `SOAK_SECS` (default 25; 0: no limit) and
+//! `SEED` (default: the time) replays a run; `SOAK_SECS` (default 18, and 12 in Cluster; 0: no
+//! limit) and
 //! `SOAK_STEPS` (default: no limit) bound it, whichever ends first:
 //! `SEED=n SOAK_STEPS=m SOAK_SECS=0 cargo test --release --test suite soak`. A failure names
 //! the seed, the step and the steps before it. `make stress` runs it longer.
@@ -23,6 +25,7 @@
 mod gen;
 
 mod check;
+mod cluster;
 mod cmds;
 mod model;
 mod ops;
@@ -61,11 +64,12 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 impl Config {
-    fn from_env() -> Config {
+    /// `secs`: the default length of this run (each soak has its own).
+    fn from_env(secs: u64) -> Config {
         Config {
             seed: env_u64("SEED").unwrap_or_else(|| now_ms() as u64),
             steps: env_u64("SOAK_STEPS"),
-            secs: env_u64("SOAK_SECS").unwrap_or(25),
+            secs: env_u64("SOAK_SECS").unwrap_or(secs),
         }
     }
 }
@@ -79,6 +83,10 @@ pub struct Soak {
     /// The connection of the odd commands (`Cmd::Odd`), if open.
     pub odd: Option<RawConn>,
     pub model: Model,
+    /// In the Cluster soak: the other shard.
+    pub spare: Option<cluster::Spare>,
+    /// The soak's slots are migrating to the spare shard.
+    pub migrating: bool,
     pub step: u64,
     seed: u64,
     rng: Rng,
@@ -94,6 +102,15 @@ impl Soak {
             .set("aof-use-rdb-preamble", "yes")
             .start();
         let replica = ops::start_replica(&master);
+        Soak::with(master, replica, None, seed)
+    }
+
+    fn new_cluster(seed: u64) -> Soak {
+        let (master, replica, spare) = cluster::start_cluster();
+        Soak::with(master, replica, Some(spare), seed)
+    }
+
+    fn with(master: Server, replica: Server, spare: Option<cluster::Spare>, seed: u64) -> Soak {
         let mc = master.conn();
         let mut soak = Soak {
             master,
@@ -102,6 +119,8 @@ impl Soak {
             slots: Vec::new(),
             odd: None,
             model: Model::default(),
+            spare,
+            migrating: false,
             step: 0,
             seed,
             rng: Rng::new(seed),
@@ -152,8 +171,8 @@ impl Soak {
         Ok(format!(
             "SOAK-SUMMARY seed={} steps={} secs={} commands={} operations={} restarts={} \
              grants={} regrants={} refused={} waits={} handoffs={} wait_timeouts={} \
-             lease_ends={} ephemeral_releases={} guarded_writes={} stale_fences={} checks={} \
-             operation_ms={} waited_ms={}",
+             lease_ends={} ephemeral_releases={} guarded_writes={} stale_fences={} moves={} \
+             moved_locks={} moved_waiters={} checks={} operation_ms={} waited_ms={}",
             self.seed,
             self.step,
             started.elapsed().as_secs(),
@@ -170,6 +189,9 @@ impl Soak {
             t.ephemeral_releases,
             t.guarded_writes,
             t.stale_fences,
+            t.moves,
+            t.moved_locks,
+            t.moved_waiters,
             t.checks,
             t.operation_ms,
             t.waited_ms
@@ -182,12 +204,17 @@ impl Soak {
         let first = self.recent.len().saturating_sub(40);
         format!(
             "soak failed at step {}: {msg}\n\
-             replay: SEED={} SOAK_STEPS={} SOAK_SECS=0 cargo test --release --test suite soak\n\
+             replay: SEED={} SOAK_STEPS={} SOAK_SECS=0 cargo test --release --test suite {}\n\
              --- the steps before (all of them in {}) ---\n{}\n--- master ---\n{}\n\
              --- replica ---\n{}",
             self.step,
             self.seed,
             self.step,
+            if self.spare.is_some() {
+                "soak::random_commands_while_slots_move"
+            } else {
+                "soak::random_commands_and_operations"
+            },
             if written {
                 file.display().to_string()
             } else {
@@ -200,18 +227,32 @@ impl Soak {
     }
 }
 
-#[test]
-fn random_commands_and_operations() {
-    let cfg = Config::from_env();
+fn soak(cluster: bool, secs: u64) {
+    let cfg = Config::from_env(secs);
     eprintln!(
         "soak: seed {} (SEED), {} s (SOAK_SECS), {} steps (SOAK_STEPS)",
         cfg.seed,
         cfg.secs,
         cfg.steps.map_or("unlimited".into(), |n| n.to_string())
     );
-    let mut soak = Soak::new(cfg.seed);
+    let mut soak = if cluster {
+        Soak::new_cluster(cfg.seed)
+    } else {
+        Soak::new(cfg.seed)
+    };
     match soak.run(&cfg) {
         Ok(summary) => eprintln!("{summary}"),
         Err(failure) => panic!("{failure}"),
     }
+}
+
+#[test]
+fn random_commands_and_operations() {
+    soak(false, 18);
+}
+
+/// The same in Redis Cluster, with slot moves between shards (`cluster.rs`).
+#[test]
+fn random_commands_while_slots_move() {
+    soak(true, 12);
 }

@@ -200,6 +200,10 @@ pub struct Tally {
     pub guarded_writes: u64,
     pub stale_fences: u64,
     pub restarts: u64,
+    /// Cluster: slot moves, the locks they moved and the waiters sent to retry.
+    pub moves: u64,
+    pub moved_locks: u64,
+    pub moved_waiters: u64,
     pub checks: u64,
     /// Time spent in operations, and waiting out leases and deadlines near a command.
     pub operation_ms: i64,

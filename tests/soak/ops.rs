@@ -30,6 +30,8 @@ pub enum Op {
     PartialSync,
     ReplicaRestart,
     Failover,
+    /// Cluster only: the soak's slots move to the other shard.
+    MoveSlots,
 }
 
 pub fn pick(d: &mut Draws) -> Op {
@@ -49,6 +51,32 @@ pub fn pick(d: &mut Draws) -> Op {
         78..=85 => Op::PartialSync,
         86..=89 => Op::ReplicaRestart,
         _ => Op::Failover,
+    }
+}
+
+/// The operations of the Cluster soak: no `REPLICAOF` there, and `DEBUG RELOAD` would need a
+/// new replica (see `Op::DebugReload`).
+pub fn pick_in_cluster(d: &mut Draws) -> Op {
+    match d.below(100) {
+        0..=34 => Op::MoveSlots,
+        35..=49 => Op::Failover,
+        50..=64 => match pick(d) {
+            restart @ Op::AofRestart { .. } => restart,
+            _ => Op::AofRestart {
+                preamble: true,
+                rewrite: false,
+                kill: true,
+            },
+        },
+        65..=72 => Op::RdbRestart {
+            bgsave: d.chance(50),
+        },
+        73..=82 => Op::Rewrite {
+            preamble: d.chance(50),
+        },
+        83..=87 => Op::LoadAof,
+        88..=93 => Op::PartialSync,
+        _ => Op::ReplicaRestart,
     }
 }
 
@@ -102,7 +130,11 @@ fn yes(b: bool) -> &'static str {
 
 impl Soak {
     pub fn operation(&mut self, d: &mut Draws) -> R {
-        let op = pick(d);
+        let op = if self.spare.is_some() {
+            pick_in_cluster(d)
+        } else {
+            pick(d)
+        };
         self.note(format!("== {op:?}"));
         self.model.tally.operations += 1;
         match op {
@@ -187,8 +219,11 @@ impl Soak {
                 self.replica
                     .wait_info("replication", "master_link_status", "up");
             }
+            Op::Failover if self.spare.is_some() => self.cluster_failover()?,
             Op::Failover => self.failover()?,
+            Op::MoveSlots => self.move_slots(d)?,
         }
+        self.cluster_settled();
         // The replica reconnects to a restarted master within a second or so: the next
         // periodic check compares it, and the soak goes on meanwhile.
         let restarted = matches!(op, Op::AofRestart { .. } | Op::RdbRestart { .. });

@@ -162,6 +162,11 @@ impl Soak {
             let Some(w) = lock.queue.front().cloned() else {
                 return Ok(());
             };
+            if self.migrating && lock.holds.is_empty() {
+                // The lock is gone from a node whose slot is migrating away: its waiters are
+                // sent to retry where the slot goes.
+                return self.refused_by_move(key, freed);
+            }
             let given = (!w.token.is_empty()).then_some(&w.token[..]);
             let d = lock.decide(w.want, given, false);
             if d == Decision::Busy {
