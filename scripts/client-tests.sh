@@ -4,6 +4,7 @@
 # target/release/libredislock.so (REDISLOCK_MODULE selects another) on free loopback ports.
 #   clients/python   pytest (also replays the manual's redis-cli examples, docs/ and README.md)
 #   clients/node     node --test, with ioredis and node-redis; tsc --noEmit checks index.d.ts
+# and mypy --strict the Python package, its examples and tests (once per run of the matrix).
 # scripts/clients.sh installs what they need. Both suites run, side by side; the exit status is
 # non-zero if either failed.
 set -uo pipefail
@@ -19,6 +20,8 @@ status=0
 if [ -z "${REDISLOCK_SKIP_TYPECHECK:-}" ]; then
     echo "# clients/node: tsc --noEmit (index.d.ts)"
     (cd clients/node && node_modules/.bin/tsc --noEmit -p .) || status=1
+    echo "# clients/python: mypy --strict (the package, its examples and tests)"
+    (cd clients/python && "$root/target/pyenv/bin/python" -m mypy) || status=1
 fi
 
 # The two suites run side by side (each starts its own servers on free ports, and mostly waits

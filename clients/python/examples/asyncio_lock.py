@@ -14,7 +14,7 @@ import redis.asyncio as aioredis
 import redislock.asyncio
 
 
-async def main():
+async def main() -> None:
     r = aioredis.Redis(host="127.0.0.1", port=PORT)
     async with r.lock("lock:report", timeout=30, lock_class=redislock.asyncio.Lock) as lock:
         print("fence", lock.fence)

@@ -18,6 +18,7 @@ readers = [redislock.Lock(r, "lock:config", timeout=30, shared=True) for _ in ra
 for reader in readers:
     reader.acquire()
 info = readers[0].info()
+assert info is not None                                      # None: nobody holds it
 print(info["mode"], [h["fence"] for h in info["holders"]])   # shared [61727…, 61727…]
 
 # A writer gets the lock once every reader has left; readers that come after a waiting

@@ -3,6 +3,8 @@ helpers shared by the test files."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import os
 import sys
 from typing import Iterator
@@ -24,7 +26,7 @@ def server() -> Iterator[Server]:
 
 
 @pytest.fixture
-def r(server: Server):
+def r(server: Server) -> Iterator[Any]:
     client = server.client()
     client.flushall()
     try:
@@ -33,7 +35,7 @@ def r(server: Server):
         client.close()
 
 
-def pytest_report_header(config):
+def pytest_report_header(config: Any) -> Any:
     from servers import module_path, server_binary
     import subprocess
 

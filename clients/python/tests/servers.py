@@ -38,7 +38,7 @@ def free_port() -> int:
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            port: int = s.getsockname()[1]
         if port + 10000 > 65535:
             continue
         with socket.socket() as s:
@@ -56,7 +56,7 @@ class Server:
         self.dir = tempfile.mkdtemp(prefix="redislock-py-")
         self.module = module
         self.extra = list(extra or [])
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional["subprocess.Popen[bytes]"] = None
         self.port = 0
         self.start()
 
@@ -102,7 +102,7 @@ class Server:
             time.sleep(0.01)  # polling for the process to listen: no event to await
         return False
 
-    def client(self, **kwargs) -> redis.Redis:
+    def client(self, **kwargs: Any) -> redis.Redis:
         return redis.Redis(host="127.0.0.1", port=self.port, **kwargs)
 
     def log_tail(self, lines: int = 20) -> str:
@@ -126,7 +126,8 @@ class Server:
 
 def cluster_info(c: redis.Redis) -> Dict[str, str]:
     """CLUSTER INFO as a dict of strings, whatever redis-py made of it."""
-    info: Any = c.execute_command("CLUSTER", "INFO")
+    client: Any = c
+    info: Any = client.execute_command("CLUSTER", "INFO")
     if isinstance(info, bytes):
         info = info.decode()
     if isinstance(info, str):

@@ -2,30 +2,36 @@
 
 from __future__ import annotations
 
+from typing import Any
+from helpers import must
+from servers import Server
+
 import asyncio
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 from redis.exceptions import LockError, LockNotOwnedError
 
 import redislock.asyncio as alock
 
 
-def run(coro):
+def run(coro: Any) -> Any:
     return asyncio.run(coro)
 
 
-def client(server, **kwargs):
+def client(server: Server, **kwargs: Any) -> Any:
     return aioredis.Redis(host="127.0.0.1", port=server.port, **kwargs)
 
 
-async def waiters(r, name):
-    info = alock.parse_info(await r.execute_command("LOCK.INFO", name))
+async def waiters(r: redis.Redis, name: Any) -> Any:
+    client: Any = r
+    info = alock.parse_info(await client.execute_command("LOCK.INFO", name))
     return info["waiters"] if info else 0
 
 
-def test_drop_in_and_fence(server, r):
-    async def main():
+def test_drop_in_and_fence(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a = client(server)
         try:
             async with a.lock("lock:a", timeout=10, lock_class=alock.Lock) as lock:
@@ -43,8 +49,8 @@ def test_drop_in_and_fence(server, r):
     run(main())
 
 
-def test_wait_in_the_server_and_handoff(server, r):
-    async def main():
+def test_wait_in_the_server_and_handoff(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a, b = client(server), client(server)
         try:
             holder = alock.Lock(a, "lock:b", timeout=10)
@@ -66,12 +72,12 @@ def test_wait_in_the_server_and_handoff(server, r):
     run(main())
 
 
-def test_lease_renewal_and_loss(server, r):
-    async def main():
+def test_lease_renewal_and_loss(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a = client(server)
         lost = []
 
-        async def on_lost(lock):
+        async def on_lost(lock: Any) -> None:
             lost.append(lock)
 
         try:
@@ -102,8 +108,8 @@ def test_lease_renewal_and_loss(server, r):
     run(main())
 
 
-def test_context_manager_keeps_the_block_exception(server, r):
-    async def main():
+def test_context_manager_keeps_the_block_exception(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a = client(server)
         try:
             with pytest.raises(KeyError):
@@ -119,16 +125,17 @@ def test_context_manager_keeps_the_block_exception(server, r):
     run(main())
 
 
-def test_shared_holds_and_semaphores(server, r):
-    async def main():
+def test_shared_holds_and_semaphores(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a, b = client(server), client(server)
         try:
             readers = [alock.Lock(a, "lock:rw", timeout=10, shared=True) for _ in range(2)]
             for reader in readers:
                 assert await reader.acquire(blocking=False)
             info = await readers[0].info()
+            assert info is not None
             assert info["mode"] == "shared"
-            assert info.tokens == [reader.token for reader in readers]
+            assert info.tokens == [must(reader.token) for reader in readers]
             assert all([await reader.owned() for reader in readers])
             # A writer waits for every reader, on a connection of its own.
             writer = alock.Lock(b, "lock:rw", timeout=10)
@@ -158,8 +165,8 @@ def test_shared_holds_and_semaphores(server, r):
     run(main())
 
 
-def test_an_async_with_block_whose_lease_ran_out_raises_on_exit(server, r):
-    async def main():
+def test_an_async_with_block_whose_lease_ran_out_raises_on_exit(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
         a = client(server)
         try:
             with pytest.raises(LockNotOwnedError):

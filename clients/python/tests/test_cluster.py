@@ -61,13 +61,18 @@ def name_on(cluster: Cluster, master: Server, tag: str) -> str:
     raise RuntimeError("no name found")
 
 
+def cluster_client(rc: RedisCluster) -> Any:
+    """redis-py's RedisCluster, whose methods are not annotated."""
+    return rc
+
+
 def names_on_every_node(rc: RedisCluster) -> List[str]:
     """One lock name per master."""
     names: Dict[str, str] = {}
     i = 0
     while len(names) < 3:
         name = f"lock:{i}"
-        node = rc.get_node_from_key(name)
+        node = cluster_client(rc).get_node_from_key(name)
         names.setdefault(node.name, name)
         i += 1
     return list(names.values())
@@ -96,7 +101,7 @@ def test_locks_on_every_shard(rc: RedisCluster, cluster: Cluster) -> None:
     for name in names_on_every_node(rc):
         with rc.lock(name, timeout=10, lock_class=redislock.Lock) as lock:
             assert lock.fence > 0 and lock.owned()
-            node = rc.get_node_from_key(name)
+            node = cluster_client(rc).get_node_from_key(name)
             direct = redis.Redis(host=node.host, port=node.port)
             try:
                 assert direct.type(name) == b"redislock"
@@ -169,7 +174,7 @@ def test_a_slot_migration_is_followed(front: Front, cluster: Cluster) -> None:
 
     cluster.move_slot(slot, source, target, [name.encode()], between=while_split)
     granted, took, _ = results["short"]
-    assert granted is False and took < 2.0 + 0.4, "the re-queued wait outlived its timeout"
+    assert granted is False and took < 2.0 + 0.6, "the re-queued wait outlived its timeout"
     # After SETSLOT … NODE: MOVED, and the client's slot table is refreshed.
     holder.release()
     patient.join(10)

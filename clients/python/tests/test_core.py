@@ -17,6 +17,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from helpers import must
 from redislock import StaleFenceError, UnsupportedError, _core
 from redislock._core import Hold, Pause, Schedule, Spec
 
@@ -49,7 +50,7 @@ def held(token: bytes = b"t", fence: int = 7) -> Any:
 
 def test_a_grant_and_a_refusal() -> None:
     carry, seen = script([b"t", 5])
-    assert _core.drive(_core.acquire(SPEC, b"t", None, 0.1), carry)[:2] == (b"t", 5)
+    assert must(_core.drive(_core.acquire(SPEC, b"t", None, 0.1), carry))[:2] == (b"t", 5)
     assert seen[0].args[:5] == ["LOCK.ACQUIRE", "lock:x", b"t", "PX", 3000]
     assert seen[0].wait_until is None and seen[0].idempotent
     carry, _ = script(None)
@@ -58,7 +59,7 @@ def test_a_grant_and_a_refusal() -> None:
 
 def test_a_wait_is_sent_again_after_a_redirect_within_its_timeout() -> None:
     carry, seen = script(TryAgainError("TRYAGAIN moving"), AskError("1 127.0.0.1:7001"), [b"t", 9])
-    assert _core.drive(_core.acquire(SPEC, b"t", 5000, 0.1), carry)[:2] == (b"t", 9)
+    assert must(_core.drive(_core.acquire(SPEC, b"t", 5000, 0.1), carry))[:2] == (b"t", 9)
     assert len(seen) == 3
     assert all(s.wait_until == seen[0].wait_until and not s.idempotent for s in seen)
     # Without a wait, a redirect the client could not follow is the caller's.

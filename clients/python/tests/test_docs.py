@@ -110,15 +110,15 @@ class Simple(str):
     pass
 
 
-class Map(list):
+class Map(List[Any]):
     """RESP3 map, as a list of (key, value)."""
 
 
-class Set(list):
+class Set(List[Any]):
     """RESP3 set."""
 
 
-class Push(list):
+class Push(List[Any]):
     """RESP3 push message."""
 
 

@@ -3,6 +3,10 @@ against a real server and exit 0."""
 
 from __future__ import annotations
 
+from pathlib import Path
+import redis
+from servers import Server
+
 import os
 import subprocess
 import sys
@@ -17,7 +21,7 @@ EXAMPLES = sorted((REPO / "clients/python/examples").glob("*.py")) + sorted(
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: str(p.relative_to(REPO)))
-def test_example_runs(server, r, path):
+def test_example_runs(server: Server, r: redis.Redis, path: Path) -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO / "clients/python/src"), env.get("PYTHONPATH", "")]

@@ -8,6 +8,8 @@ client is granted the lock, no wait outlives its timeout by more than 0.5 s, not
 
 from __future__ import annotations
 
+from typing import Any, Dict, Iterator
+
 import asyncio
 import os
 import signal
@@ -25,13 +27,14 @@ from redis.retry import Retry
 import redislock
 import redislock.asyncio as alock
 from proxy import Proxy
+from helpers import must
 from servers import Server
 
 LEASE = 1.2
 
 
 @pytest.fixture
-def proxy(server):
+def proxy(server: Server) -> Iterator[Any]:
     p = Proxy(server.port)
     try:
         yield p
@@ -39,22 +42,22 @@ def proxy(server):
         p.close()
 
 
-def via(proxy, **kwargs):
+def via(proxy: Proxy, **kwargs: Any) -> Any:
     """A client at redis-py's defaults (RESP3 in redis-py 8, socket_timeout 5 s, retries)."""
     return redis.Redis(host="127.0.0.1", port=proxy.port, **kwargs)
 
 
-def waiters(r, name):
+def waiters(r: redis.Redis, name: Any) -> Any:
     info = redislock.Lock(r, name).info()
     return 0 if info is None else info["waiters"]
 
 
-def blocked(r):
+def blocked(r: redis.Redis) -> Any:
     """Ids of the connections waiting in LOCK.ACQUIRE … BLOCK."""
     return {c["id"] for c in r.client_list() if c.get("cmd") == "lock.acquire" and "b" in c.get("flags", "")}
 
 
-def wait_for(predicate, seconds=5.0):
+def wait_for(predicate: Any, seconds: Any=5.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -64,18 +67,18 @@ def wait_for(predicate, seconds=5.0):
 class Clock:
     """Moments (time.monotonic()) of events seen from several threads."""
 
-    def __init__(self):
-        self.at = {}
+    def __init__(self) -> None:
+        self.at: Dict[str, float] = {}
 
-    def mark(self, what):
+    def mark(self, what: Any) -> None:
         self.at.setdefault(what, time.monotonic())
 
 
-def grant_in_thread(server, name, clock, wait=4.0):
+def grant_in_thread(server: Server, name: Any, clock: Any, wait: Any=4.0) -> Any:
     """Another client (direct, not through the proxy) waiting for the lock."""
     other = redislock.Lock(server.client(), name, timeout=10)
 
-    def run():
+    def run() -> None:
         if other.acquire(blocking_timeout=wait):
             clock.mark("other granted")
 
@@ -87,7 +90,7 @@ def grant_in_thread(server, name, clock, wait=4.0):
 # --- partitions -----------------------------------------------------------------------------------
 
 
-def test_a_partition_during_a_hold_is_signalled_before_another_client_is_granted(server, r, proxy):
+def test_a_partition_during_a_hold_is_signalled_before_another_client_is_granted(server: Server, r: redis.Redis, proxy: Proxy) -> None:
     clock = Clock()
     lock = redislock.Lock(via(proxy), "f:hold", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
     assert lock.acquire(blocking=False)
@@ -105,7 +108,7 @@ def test_a_partition_during_a_hold_is_signalled_before_another_client_is_granted
     assert time.monotonic() - started < 1.5
 
 
-def test_a_slow_network_keeps_the_lease(server, r, proxy):
+def test_a_slow_network_keeps_the_lease(server: Server, r: redis.Redis, proxy: Proxy) -> None:
     proxy.slow(0.2)  # 200 ms each way
     lock = redislock.Lock(via(proxy), "f:slow", lease=LEASE)
     # A new connection's handshake takes four round trips here (TCP, HELLO, CLIENT SETINFO x2).
@@ -116,7 +119,7 @@ def test_a_slow_network_keeps_the_lease(server, r, proxy):
     assert not r.exists("f:slow")
 
 
-def test_a_waited_grant_gets_its_full_lease(server, r, proxy):
+def test_a_waited_grant_gets_its_full_lease(server: Server, r: redis.Redis, proxy: Proxy) -> None:
     holder = redislock.Lock(r, "f:after", timeout=10, thread_local=False)
     assert holder.acquire()
     clock = Clock()
@@ -135,7 +138,7 @@ def test_a_waited_grant_gets_its_full_lease(server, r, proxy):
     assert clock.at["lost"] < clock.at["other granted"]
 
 
-def test_a_partition_during_a_wait_ends_with_the_wait(server, r, proxy):
+def test_a_partition_during_a_wait_ends_with_the_wait(server: Server, r: redis.Redis, proxy: Proxy) -> None:
     holder = redislock.Lock(r, "f:wait", timeout=10)
     assert holder.acquire()
     lock = redislock.Lock(via(proxy), "f:wait", timeout=10)
@@ -149,14 +152,14 @@ def test_a_partition_during_a_wait_ends_with_the_wait(server, r, proxy):
 # --- waits --------------------------------------------------------------------------------------
 
 
-def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
+def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server: Server, r: redis.Redis) -> None:
     # socket_timeout 0.3 s stands for redis-py's default 5 s: a wait far longer than the client's
     # read timeout must neither fail nor be re-sent (which would lose its place in the queue).
     holder = redislock.Lock(r, "f:long", timeout=10)
     assert holder.acquire()
     order = []
 
-    def wait(tag):
+    def wait(tag: Any) -> None:
         lock = redislock.Lock(server.client(socket_timeout=0.3), "f:long", timeout=10)
         if lock.acquire(blocking_timeout=3):
             order.append(tag)
@@ -179,13 +182,13 @@ def test_a_wait_longer_than_the_read_timeout_keeps_its_place(server, r):
     assert order == ["first", "second"]
 
 
-def test_a_wait_whose_connection_is_cut_is_queued_again_once_within_its_timeout(server, r, proxy):
+def test_a_wait_whose_connection_is_cut_is_queued_again_once_within_its_timeout(server: Server, r: redis.Redis, proxy: Proxy) -> None:
     holder = redislock.Lock(r, "f:cut", timeout=10)
     assert holder.acquire()
     lock = redislock.Lock(via(proxy), "f:cut", timeout=10)
-    result = {}
+    result: Dict[str, Any] = {}
 
-    def wait():
+    def wait() -> None:
         started = time.monotonic()
         try:
             result["granted"] = lock.acquire(blocking_timeout=1.5)
@@ -224,25 +227,25 @@ def test_a_wait_whose_connection_is_cut_is_queued_again_once_within_its_timeout(
 # --- a stopped and a killed server ----------------------------------------------------------------
 
 
-def test_a_stopped_server_is_a_loss_at_the_lease_end():
+def test_a_stopped_server_is_a_loss_at_the_lease_end() -> None:
     s = Server()
     try:
         clock = Clock()
         lock = redislock.Lock(s.client(), "f:stop", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
         assert lock.acquire()
-        os.kill(s.proc.pid, signal.SIGSTOP)
+        os.kill(must(s.proc).pid, signal.SIGSTOP)
         clock.mark("stopped")
         try:
             assert lock.lost.wait(LEASE + 1)
         finally:
-            os.kill(s.proc.pid, signal.SIGCONT)
+            os.kill(must(s.proc).pid, signal.SIGCONT)
         assert clock.at["lost"] - clock.at["stopped"] < LEASE, clock.at
         assert not lock.owned()
     finally:
         s.stop()
 
 
-def test_a_killed_server_is_a_loss_at_the_lease_end():
+def test_a_killed_server_is_a_loss_at_the_lease_end() -> None:
     s = Server()
     try:
         clock = Clock()
@@ -263,10 +266,10 @@ def test_a_killed_server_is_a_loss_at_the_lease_end():
 # --- the loss callback, fork ------------------------------------------------------------------------
 
 
-def test_release_works_inside_on_lost(server, r):
+def test_release_works_inside_on_lost(server: Server, r: redis.Redis) -> None:
     seen = []
 
-    def on_lost(lock):
+    def on_lost(lock: Any) -> None:
         try:
             lock.release()
         except Exception as err:  # what the test inspects
@@ -282,7 +285,7 @@ def test_release_works_inside_on_lost(server, r):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork() here")
-def test_a_forked_child_sees_the_lease_run_out(server, r):
+def test_a_forked_child_sees_the_lease_run_out(server: Server, r: redis.Redis) -> None:
     lock = redislock.Lock(r, "f:fork", lease=0.8)
     assert lock.acquire()
     read, write = os.pipe()
@@ -295,9 +298,9 @@ def test_a_forked_child_sees_the_lease_run_out(server, r):
             os._exit(0)
     os.close(write)
     _, status = os.waitpid(pid, 0)
-    report = os.read(read, 100).decode()
+    told = os.read(read, 100).decode()
     os.close(read)
-    assert report == "[True, False, True, False]"
+    assert told == "[True, False, True, False]"
     # The parent's renewals went on meanwhile.
     assert lock.owned() and not lock.lost.is_set()
     lock.release()
@@ -307,11 +310,11 @@ def test_a_forked_child_sees_the_lease_run_out(server, r):
 
 
 def test_asyncio_a_partition_during_a_hold_is_signalled_before_another_client_is_granted(
-    server, r, proxy
-):
+    server: Server, r: redis.Redis, proxy: Proxy
+) -> None:
     clock = Clock()
 
-    async def main():
+    async def main() -> None:
         client = aredis.Redis(host="127.0.0.1", port=proxy.port)
         lock = alock.Lock(client, "f:ahold", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
         assert await lock.acquire(blocking=False)
@@ -332,8 +335,8 @@ def test_asyncio_a_partition_during_a_hold_is_signalled_before_another_client_is
     assert clock.at["lost"] - clock.at["partition"] < LEASE
 
 
-def test_asyncio_a_cancelled_release_keeps_the_token(server, r, proxy):
-    async def main():
+def test_asyncio_a_cancelled_release_keeps_the_token(server: Server, r: redis.Redis, proxy: Proxy) -> None:
+    async def main() -> None:
         client = aredis.Redis(host="127.0.0.1", port=proxy.port)
         lock = alock.Lock(client, "f:acancel", timeout=10)
         assert await lock.acquire()
@@ -356,8 +359,8 @@ def test_asyncio_a_cancelled_release_keeps_the_token(server, r, proxy):
     asyncio.run(main())
 
 
-def test_asyncio_renewals_do_not_queue_behind_the_application(server):
-    async def main():
+def test_asyncio_renewals_do_not_queue_behind_the_application(server: Server) -> None:
+    async def main() -> None:
         client = aredis.Redis(host="127.0.0.1", port=server.port, single_connection_client=True)
         lock = alock.Lock(client, "f:ablpop", lease=0.6)
         assert await lock.acquire()
@@ -370,11 +373,11 @@ def test_asyncio_renewals_do_not_queue_behind_the_application(server):
     asyncio.run(main())
 
 
-def test_asyncio_a_cancelled_wait_leaves_no_waiter(server, r):
+def test_asyncio_a_cancelled_wait_leaves_no_waiter(server: Server, r: redis.Redis) -> None:
     holder = redislock.Lock(r, "f:await", timeout=10)
     assert holder.acquire()
 
-    async def main():
+    async def main() -> None:
         client = aredis.Redis(host="127.0.0.1", port=server.port)
         lock = alock.Lock(client, "f:await", timeout=10)
         task = asyncio.ensure_future(lock.acquire(blocking_timeout=5))
@@ -396,7 +399,7 @@ def test_asyncio_a_cancelled_wait_leaves_no_waiter(server, r):
 # --- LOCK.CALL on a RESP3 client ---------------------------------------------------------------------
 
 
-def test_call_of_a_missing_key_on_a_resp3_client(server, r):
+def test_call_of_a_missing_key_on_a_resp3_client(server: Server, r: redis.Redis) -> None:
     # RESP3 is redis-py 8's default; a short read timeout without retries keeps a hang short.
     client = server.client(protocol=3, socket_timeout=1, retry=Retry(NoBackoff(), 0))
     lock = redislock.Lock(client, "f:call", timeout=3)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any, List
+from helpers import must
+from servers import Server
+
 import logging
 import threading
 import time
@@ -13,16 +17,17 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 import redislock
 
 
-def info(r, name):
-    return redislock.lock.parse_info(r.execute_command("LOCK.INFO", name))
+def info(r: redis.Redis, name: Any) -> Any:
+    client: Any = r
+    return redislock.lock.parse_info(client.execute_command("LOCK.INFO", name))
 
 
-def calls(r, command):
+def calls(r: redis.Redis, command: Any) -> Any:
     stats = r.info("commandstats").get(f"cmdstat_{command}")
     return int(stats["calls"]) if stats else 0
 
 
-def wait_for(predicate, seconds=5.0):
+def wait_for(predicate: Any, seconds: Any=5.0) -> None:
     """Polls a condition that has no event to await (state on the server)."""
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -31,7 +36,7 @@ def wait_for(predicate, seconds=5.0):
         time.sleep(0.005)
 
 
-def waiters(r, name):
+def waiters(r: redis.Redis, name: Any) -> Any:
     i = info(r, name)
     return i["waiters"] if i else 0
 
@@ -39,7 +44,7 @@ def waiters(r, name):
 # --- redis-py's interface ---------------------------------------------------------------------
 
 
-def test_drop_in_lock_class(r):
+def test_drop_in_lock_class(r: redis.Redis) -> None:
     with r.lock("lock:a", timeout=10, blocking_timeout=1, lock_class=redislock.Lock) as lock:
         assert isinstance(lock, redislock.Lock)
         assert isinstance(lock.fence, int) and lock.fence > 0
@@ -52,7 +57,7 @@ def test_drop_in_lock_class(r):
     assert lock.fence is None
 
 
-def test_constructor_takes_redis_py_arguments(r):
+def test_constructor_takes_redis_py_arguments(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:b", 5, 0.05, False, 2, False, False)
     assert (lock.timeout, lock.sleep, lock.blocking, lock.blocking_timeout) == (5, 0.05, False, 2)
     assert lock.thread_local is False and lock.raise_on_release_error is False
@@ -60,7 +65,7 @@ def test_constructor_takes_redis_py_arguments(r):
     lock.release()
 
 
-def test_non_blocking_acquire_returns_false(r):
+def test_non_blocking_acquire_returns_false(r: redis.Redis) -> None:
     holder = redislock.Lock(r, "lock:c", timeout=10)
     other = redislock.Lock(r, "lock:c", timeout=10)
     assert holder.acquire(blocking=False)
@@ -71,7 +76,7 @@ def test_non_blocking_acquire_returns_false(r):
     holder.release()
 
 
-def test_blocking_timeout_waits_in_the_server(r):
+def test_blocking_timeout_waits_in_the_server(r: redis.Redis) -> None:
     holder = redislock.Lock(r, "lock:d", timeout=10)
     assert holder.acquire()
     before = calls(r, "lock.acquire")
@@ -85,13 +90,13 @@ def test_blocking_timeout_waits_in_the_server(r):
     holder.release()
 
 
-def test_waiter_is_granted_on_release_first_come_first_served(server, r):
+def test_waiter_is_granted_on_release_first_come_first_served(server: Server, r: redis.Redis) -> None:
     holder = redislock.Lock(r, "lock:e", timeout=10)
     assert holder.acquire()
-    order = []
+    order: List[Any] = []
     locks = []
 
-    def wait(i):
+    def wait(i: Any) -> None:
         client = server.client()
         lock = redislock.Lock(client, "lock:e", timeout=10)
         locks.append(lock)
@@ -111,10 +116,10 @@ def test_waiter_is_granted_on_release_first_come_first_served(server, r):
         t.join(10)
     assert [i for i, _ in order] == [0, 1, 2]
     fences = [f for _, f in order]
-    assert fences == sorted(fences) and fences[0] > holder.local.fence
+    assert fences == sorted(fences) and fences[0] > must(holder.local.fence)
 
 
-def test_token_argument_bytes_and_str(r):
+def test_token_argument_bytes_and_str(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:f", timeout=10)
     assert lock.acquire(token="my-token")
     assert lock.local.token == b"my-token"
@@ -126,7 +131,7 @@ def test_token_argument_bytes_and_str(r):
     lock.release()
 
 
-def test_decode_responses_client(server):
+def test_decode_responses_client(server: Server) -> None:
     r = server.client(decode_responses=True)
     try:
         with redislock.Lock(r, "lock:g", timeout=10) as lock:
@@ -136,7 +141,7 @@ def test_decode_responses_client(server):
         r.close()
 
 
-def test_extend_adds_time_unless_replace_ttl(r):
+def test_extend_adds_time_unless_replace_ttl(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:h", timeout=10)
     assert lock.acquire()
     fence = lock.fence
@@ -154,7 +159,7 @@ def test_extend_adds_time_unless_replace_ttl(r):
         lock.reacquire()
 
 
-def test_extend_without_timeout_is_refused_like_redis_py(r):
+def test_extend_without_timeout_is_refused_like_redis_py(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:i", lease=5)
     assert lock.acquire()
     with pytest.raises(LockError, match="no timeout"):
@@ -164,7 +169,7 @@ def test_extend_without_timeout_is_refused_like_redis_py(r):
     lock.release()
 
 
-def test_not_owned_after_expiry(r):
+def test_not_owned_after_expiry(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:j", timeout=10)
     assert lock.acquire()
     r.delete("lock:j")  # as if the lease ran out
@@ -179,7 +184,7 @@ def test_not_owned_after_expiry(r):
         lock.release()  # already released locally
 
 
-def test_owned_and_locked(r):
+def test_owned_and_locked(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:k", timeout=10)
     other = redislock.Lock(r, "lock:k", timeout=10)
     assert not lock.locked() and not lock.owned()
@@ -190,7 +195,7 @@ def test_owned_and_locked(r):
     assert not lock.locked()
 
 
-def test_context_manager_raises_when_not_acquired(r):
+def test_context_manager_raises_when_not_acquired(r: redis.Redis) -> None:
     holder = redislock.Lock(r, "lock:l", timeout=10)
     assert holder.acquire()
     with pytest.raises(LockError, match="Unable to acquire"):
@@ -199,7 +204,7 @@ def test_context_manager_raises_when_not_acquired(r):
     holder.release()
 
 
-def test_context_manager_after_expiry(r, caplog):
+def test_context_manager_after_expiry(r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     with pytest.raises(LockNotOwnedError):
         with redislock.Lock(r, "lock:m", timeout=10):
             r.delete("lock:m")
@@ -214,7 +219,7 @@ def test_context_manager_after_expiry(r, caplog):
             raise KeyError("from the block")
 
 
-def test_thread_local_token(r):
+def test_thread_local_token(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:n", timeout=10)
     assert lock.acquire()
     seen = []
@@ -228,7 +233,7 @@ def test_thread_local_token(r):
     assert shared.acquire()
     errors = []
 
-    def release_elsewhere():
+    def release_elsewhere() -> None:
         try:
             shared.release()
         except Exception as e:  # pragma: no cover - reported below
@@ -240,7 +245,7 @@ def test_thread_local_token(r):
     assert errors == [] and r.exists("lock:n") == 0
 
 
-def test_a_plain_string_under_the_name_reads_as_redis_py_lock_would(r):
+def test_a_plain_string_under_the_name_reads_as_redis_py_lock_would(r: redis.Redis) -> None:
     # A fleet still on redis-py's own Lock holds the name with a plain string.
     r.set("old-lock", "their-token")
     lock = redislock.Lock(r, "old-lock", timeout=10)
@@ -257,22 +262,22 @@ def test_a_plain_string_under_the_name_reads_as_redis_py_lock_would(r):
     r.set("old-lock", "their-token")
     for what in (lock.extend, lock.reacquire):
         with pytest.raises(LockNotOwnedError):
-            what(1) if what == lock.extend else what()
+            lock.extend(1) if what == lock.extend else lock.reacquire()
     with pytest.raises(LockNotOwnedError):
         lock.call("GET", "x")
     with pytest.raises(LockNotOwnedError):
         lock.release()
 
 
-def test_timeout_zero_means_no_expiry_as_in_redis_py(r):
+def test_timeout_zero_means_no_expiry_as_in_redis_py(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:zero", timeout=0, lease=1)
     assert lock.auto_renew
     assert lock.acquire(blocking=False)
-    assert 0 < lock.info()["ttl"] <= 1000
+    assert 0 < must(lock.info())["ttl"] <= 1000
     lock.release()
 
 
-def test_extend_past_the_remaining_time_ends_the_hold(r):
+def test_extend_past_the_remaining_time_ends_the_hold(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:neg", timeout=10)
     assert lock.acquire(blocking=False)
     assert lock.extend(-20) is True
@@ -281,7 +286,7 @@ def test_extend_past_the_remaining_time_ends_the_hold(r):
         lock.release()
 
 
-def test_arguments_are_checked():
+def test_arguments_are_checked() -> None:
     r = redis.Redis()  # never connected
     with pytest.raises(ValueError):
         redislock.Lock(r, "x", timeout=-1)
@@ -296,7 +301,7 @@ def test_arguments_are_checked():
 # --- leases, renewal, loss --------------------------------------------------------------------
 
 
-def test_no_timeout_means_held_until_released(r):
+def test_no_timeout_means_held_until_released(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:o", lease=0.3)
     assert lock.acquire()
     fence = lock.fence
@@ -311,7 +316,7 @@ def test_no_timeout_means_held_until_released(r):
     assert r.exists("lock:o") == 0
 
 
-def test_auto_renew_with_timeout(r):
+def test_auto_renew_with_timeout(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:p", timeout=0.3, auto_renew=True)
     assert lock.acquire()
     renewals = calls(r, "lock.extend")
@@ -320,8 +325,8 @@ def test_auto_renew_with_timeout(r):
     lock.release()
 
 
-def test_lost_event_and_callback(server, r):
-    lost_calls = []
+def test_lost_event_and_callback(server: Server, r: redis.Redis) -> None:
+    lost_calls: List[Any] = []
     lock = redislock.Lock(r, "lock:q", lease=0.3, on_lost=lost_calls.append)
     assert lock.acquire()
     hold = lock.local.hold
@@ -339,8 +344,8 @@ def test_lost_event_and_callback(server, r):
     other.release()
 
 
-def test_a_failing_callback_does_not_break_the_lock(r, caplog):
-    def boom(_lock):
+def test_a_failing_callback_does_not_break_the_lock(r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    def boom(_lock: Any) -> None:
         raise RuntimeError("callback bug")
 
     lock = redislock.Lock(r, "lock:r", lease=0.3, on_lost=boom)
@@ -354,7 +359,7 @@ def test_a_failing_callback_does_not_break_the_lock(r, caplog):
         lock.release()
 
 
-def test_lost_is_cleared_by_the_next_grant(r):
+def test_lost_is_cleared_by_the_next_grant(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:s", lease=0.3)
     assert lock.acquire()
     r.delete("lock:s")
@@ -364,7 +369,7 @@ def test_lost_is_cleared_by_the_next_grant(r):
     lock.release()
 
 
-def test_renewals_use_their_own_connection(r):
+def test_renewals_use_their_own_connection(r: redis.Redis) -> None:
     lock = redislock.Lock(r, "lock:t", lease=0.3)
     assert lock.acquire()
     renewals = calls(r, "lock.extend")
@@ -375,9 +380,10 @@ def test_renewals_use_their_own_connection(r):
     lock.release()
 
 
-def test_lease_survives_a_busy_application_connection(server):
+def test_lease_survives_a_busy_application_connection(server: Server) -> None:
     # A client with a single connection, busy in a long blocking call: renewals still run.
-    pool = redis.BlockingConnectionPool(host="127.0.0.1", port=server.port, max_connections=1)
+    blocking_pool: Any = redis.BlockingConnectionPool
+    pool = blocking_pool(host="127.0.0.1", port=server.port, max_connections=1)
     r = redis.Redis(connection_pool=pool)
     lock = redislock.Lock(r, "lock:u", lease=0.3)
     try:
@@ -389,7 +395,7 @@ def test_lease_survives_a_busy_application_connection(server):
         pool.disconnect()
 
 
-def test_fence_grows_with_every_grant(r):
+def test_fence_grows_with_every_grant(r: redis.Redis) -> None:
     fences = []
     for _ in range(3):
         with redislock.Lock(r, "lock:v", timeout=5) as lock:
@@ -397,7 +403,7 @@ def test_fence_grows_with_every_grant(r):
     assert fences == sorted(fences) and len(set(fences)) == 3
 
 
-def test_a_with_block_whose_lease_ran_out_raises_on_exit(r):
+def test_a_with_block_whose_lease_ran_out_raises_on_exit(r: redis.Redis) -> None:
     """No auto-renew: the lease clock alone says the hold is lost, and the block's end says so
     too (even if the server still had a few milliseconds of it)."""
     with pytest.raises(LockNotOwnedError):

@@ -4,34 +4,39 @@ checked with a stand-in client that answers as the previous release of the modul
 
 from __future__ import annotations
 
+from typing import Any, Dict
+from helpers import must
+from servers import Server
+
 import threading
 import time
 
 import pytest
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
+import redis
 import redislock
 
 
-def wait_for(predicate, seconds: float = 5.0) -> None:
+def wait_for(predicate: Any, seconds: float = 5.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.005)  # polling server state: a block has no event a client can await
 
 
-def waiters(r, name) -> int:
+def waiters(r: redis.Redis, name: Any) -> int:
     info = redislock.Lock(r, name, timeout=1).info()
     return info["waiters"] if info else 0
 
 
-def in_thread(call):
+def in_thread(call: Any) -> Any:
     """Runs ``call`` in a thread (a blocking acquire); ``result()`` joins and returns its value."""
-    box = {}
+    box: Dict[str, Any] = {}
     thread = threading.Thread(target=lambda: box.setdefault("value", call()), daemon=True)
     thread.start()
 
-    def result():
+    def result() -> Any:
         thread.join(15)
         assert "value" in box, "the call did not return"
         return box["value"]
@@ -46,7 +51,7 @@ class PreviousRelease:
     """Answers as a server with the previous release of the module: no SHARED, LIMIT, EPHEMERAL,
     LOCK.CALL or LOCK.FENCE (redis-py drops the leading "ERR " of the error lines)."""
 
-    def execute_command(self, *args):
+    def execute_command(self, *args: Any) -> Any:
         name = str(args[0]).upper()
         if name in ("LOCK.CALL", "LOCK.FENCE"):
             raise ResponseError(f"unknown command '{args[0]}', with args beginning with: ")
@@ -59,12 +64,12 @@ class PreviousRelease:
 
 
 @pytest.mark.parametrize("option", [{"shared": True}, {"limit": 2}, {"ephemeral": True}])
-def test_options_an_older_server_lacks_raise_unsupported_error(option):
+def test_options_an_older_server_lacks_raise_unsupported_error(option: Any) -> None:
     with pytest.raises(redislock.UnsupportedError):
         redislock.Lock(PreviousRelease(), "lock:s", timeout=10, **option).acquire()
 
 
-def test_commands_an_older_server_lacks_raise_unsupported_error():
+def test_commands_an_older_server_lacks_raise_unsupported_error() -> None:
     old = PreviousRelease()
     lock = redislock.Lock(old, "lock:c", timeout=10)
     assert lock.acquire()
@@ -75,7 +80,7 @@ def test_commands_an_older_server_lacks_raise_unsupported_error():
     assert redislock.supports(old, "LOCK.CALL") is False
 
 
-def test_this_server_has_every_option(r):
+def test_this_server_has_every_option(r: redis.Redis) -> None:
     for command in ("LOCK.CALL", "LOCK.FENCE"):
         assert redislock.supports(r, command)
     for option in ({"shared": True}, {"limit": 2}, {"ephemeral": True}):
@@ -87,19 +92,20 @@ def test_this_server_has_every_option(r):
 # --- shared (read/write) locks -------------------------------------------------------------------
 
 
-def test_shared_holders(r):
+def test_shared_holders(r: redis.Redis) -> None:
     readers = [redislock.Lock(r, "lock:rw", timeout=10, shared=True) for _ in range(3)]
     assert all(lock.acquire(blocking=False) for lock in readers)
-    fences = [lock.fence for lock in readers]
+    fences = [must(lock.fence) for lock in readers]
     assert fences == sorted(fences) and len(set(fences)) == 3
     writer = redislock.Lock(r, "lock:rw", timeout=10)
     assert writer.acquire(blocking=False) is False
     info = readers[0].info()
+    assert info is not None
     assert info["mode"] == "shared" and "token" not in info and "limit" not in info
-    assert info.tokens == [lock.token for lock in readers]
+    assert info.tokens == [must(lock.token) for lock in readers]
     assert [h["fence"] for h in info["holders"]] == fences
     assert all(9000 < h["ttl"] <= 10000 and h["client"] == 0 for h in info["holders"])
-    assert info.holder(readers[1].token)["fence"] == readers[1].fence
+    assert must(info.holder(readers[1].token))["fence"] == must(readers[1].fence)
     assert all(lock.owned() for lock in readers) and not writer.owned()
     assert writer.locked()
     for lock in readers:
@@ -107,15 +113,16 @@ def test_shared_holders(r):
     assert not writer.locked()
     assert writer.acquire(blocking=False)
     info = writer.info()
-    assert info["mode"] == "exclusive" and info["token"] == writer.token
+    assert info is not None
+    assert info["mode"] == "exclusive" and info["token"] == must(writer.token)
     assert info["holders"] == [
-        {"token": writer.token, "fence": writer.fence, "ttl": info["ttl"], "client": 0}
+        {"token": must(writer.token), "fence": must(writer.fence), "ttl": info["ttl"], "client": 0}
     ]
-    assert writer.fence > fences[-1]
+    assert must(writer.fence) > fences[-1]
     writer.release()
 
 
-def test_a_waiting_writer_goes_before_later_readers(server, r):
+def test_a_waiting_writer_goes_before_later_readers(server: Server, r: redis.Redis) -> None:
     reader = redislock.Lock(r, "lock:rw", timeout=10, shared=True)
     assert reader.acquire(blocking=False)
     # Blocking acquires in threads, each on a connection of its own; thread_local=False so that
@@ -132,7 +139,7 @@ def test_a_waiting_writer_goes_before_later_readers(server, r):
     reader.release()
     assert writer_granted() is True
     assert writer.fence > reader.local.fence
-    assert writer.info()["mode"] == "exclusive"
+    assert must(writer.info())["mode"] == "exclusive"
     writer.release()
     assert behind_granted() is True
     assert behind.fence > writer.local.fence
@@ -143,27 +150,28 @@ def test_a_waiting_writer_goes_before_later_readers(server, r):
         conn.close()
 
 
-def test_the_token_of_a_hold_cannot_take_the_other_mode(r):
+def test_the_token_of_a_hold_cannot_take_the_other_mode(r: redis.Redis) -> None:
     reader = redislock.Lock(r, "lock:rw", timeout=10, shared=True)
     assert reader.acquire(token="worker-1")
     with pytest.raises(redislock.LockKindError) as caught:
         redislock.Lock(r, "lock:rw", timeout=10).acquire(token="worker-1")
     assert caught.value.other_mode and caught.value.limit is None
-    assert reader.info().tokens == [b"worker-1"]
+    assert must(reader.info()).tokens == [b"worker-1"]
     reader.release()
 
 
-def test_extend_and_reacquire_act_on_one_hold(r):
+def test_extend_and_reacquire_act_on_one_hold(r: redis.Redis) -> None:
     a = redislock.Lock(r, "lock:rw", timeout=5, shared=True)
     b = redislock.Lock(r, "lock:rw", timeout=5, shared=True)
     assert a.acquire() and b.acquire()
     assert a.extend(10)
     info = a.info()
-    assert 14000 < info.holder(a.token)["ttl"] <= 15000
-    assert 4000 < info.holder(b.token)["ttl"] <= 5000
+    assert info is not None
+    assert 14000 < must(info.holder(a.token))["ttl"] <= 15000
+    assert 4000 < must(info.holder(b.token))["ttl"] <= 5000
     assert 14000 < r.pttl("lock:rw") <= 15000, "the key's TTL is the latest lease"
     assert a.reacquire()
-    assert 4000 < a.info().holder(a.token)["ttl"] <= 5000
+    assert 4000 < must(must(a.info()).holder(a.token))["ttl"] <= 5000
     b.release()
     with pytest.raises(LockError):
         b.extend(1)
@@ -173,24 +181,25 @@ def test_extend_and_reacquire_act_on_one_hold(r):
 # --- semaphores ------------------------------------------------------------------------------------
 
 
-def test_semaphore(r):
+def test_semaphore(r: redis.Redis) -> None:
     a, b, c = (redislock.Lock(r, "lock:sem", timeout=10, limit=2) for _ in range(3))
     assert a.acquire(blocking=False) and b.acquire(blocking=False)
     assert c.acquire(blocking=False) is False
     info = a.info()
+    assert info is not None
     assert (info["mode"], info["limit"], info["waiters"]) == ("semaphore", 2, 0)
-    assert info.tokens == [a.token, b.token] and "token" not in info
+    assert info.tokens == [must(a.token), must(b.token)] and "token" not in info
     assert c.acquire(blocking_timeout=0.2) is False
     a.release()
     assert not a.owned() and b.owned()
     assert c.acquire(blocking=False)
-    assert c.fence > b.fence > a.local.fence
+    assert must(c.fence) > must(b.fence) > must(a.local.fence)
     b.release()
     c.release()
     assert r.exists("lock:sem") == 0
 
 
-def test_a_place_is_handed_on_when_a_lease_ends(r):
+def test_a_place_is_handed_on_when_a_lease_ends(r: redis.Redis) -> None:
     first = redislock.Lock(r, "lock:sem", timeout=0.3, limit=1)
     assert first.acquire()
     started = time.monotonic()
@@ -203,7 +212,7 @@ def test_a_place_is_handed_on_when_a_lease_ends(r):
     second.release()
 
 
-def test_requests_that_do_not_fit_the_key_raise_lock_kind_error(r):
+def test_requests_that_do_not_fit_the_key_raise_lock_kind_error(r: redis.Redis) -> None:
     holder = redislock.Lock(r, "lock:pool", timeout=10, limit=2)
     assert holder.acquire()
     for other in ({"limit": 3}, {"limit": 1}, {}, {"shared": True}):
@@ -219,7 +228,7 @@ def test_requests_that_do_not_fit_the_key_raise_lock_kind_error(r):
         redislock.Lock(r, "lock:rw", timeout=10, limit=2).acquire()
     assert caught.value.limit is None and not caught.value.other_mode
     # Nothing changed.
-    assert holder.info().tokens == [holder.token] and reader.info().tokens == [reader.token]
+    assert must(holder.info()).tokens == [must(holder.token)] and must(reader.info()).tokens == [must(reader.token)]
     holder.release()
     reader.release()
 
@@ -228,24 +237,25 @@ def test_requests_that_do_not_fit_the_key_raise_lock_kind_error(r):
 
 
 @pytest.mark.parametrize("kind", [{}, {"shared": True}, {"limit": 3}], ids=["exclusive", "shared", "limit"])
-def test_the_same_token_re_grants_with_the_same_fence(r, kind):
+def test_the_same_token_re_grants_with_the_same_fence(r: redis.Redis, kind: Any) -> None:
     lock = redislock.Lock(r, "lock:k", timeout=10, **kind)
     assert lock.acquire(token="worker-1")
-    fence = lock.fence
+    fence = must(lock.fence)
     again = redislock.Lock(r, "lock:k", timeout=30, **kind)
     assert again.acquire(token="worker-1", blocking=False)
     assert again.fence == fence
     info = again.info()
+    assert info is not None
     assert info.tokens == [b"worker-1"]
-    assert 29000 < info.holder("worker-1")["ttl"] <= 30000
+    assert 29000 < must(info.holder("worker-1"))["ttl"] <= 30000
     again.release()
     assert lock.acquire(token="worker-1")
-    assert lock.fence > fence, "a new grant after a release has a new fence"
+    assert must(lock.fence) > fence, "a new grant after a release has a new fence"
     lock.release()
 
 
 @pytest.mark.parametrize("protocol", [2, 3])
-def test_info_under_resp2_and_resp3(server, protocol):
+def test_info_under_resp2_and_resp3(server: Server, protocol: Any) -> None:
     r = server.client(protocol=protocol, single_connection_client=True)
     try:
         r.flushall()
@@ -253,27 +263,29 @@ def test_info_under_resp2_and_resp3(server, protocol):
         b = redislock.Lock(r, "lock:sem", timeout=10, limit=3)
         assert a.acquire() and b.acquire()
         info = a.info()
+        assert info is not None
         assert (info["mode"], info["limit"]) == ("semaphore", 3)
-        assert [h["token"] for h in info["holders"]] == [a.token, b.token]
+        assert [h["token"] for h in info["holders"]] == [must(a.token), must(b.token)]
         assert all(isinstance(h["fence"], int) for h in info["holders"])
-        assert info.holder(a.token)["client"] == r.client_id()
-        assert info.holder(b.token)["client"] == 0
+        assert must(info.holder(a.token))["client"] == r.client_id()
+        assert must(info.holder(b.token))["client"] == 0
         a.release()
         b.release()
         x = redislock.Lock(r, "lock:x", timeout=10)
         assert x.acquire()
         info = x.info()
-        assert info["token"] == x.token and info["fence"] == x.fence
-        assert info.holder(x.token)["fence"] == x.fence
+        assert info is not None
+        assert info["token"] == must(x.token) and info["fence"] == must(x.fence)
+        assert must(info.holder(x.token))["fence"] == must(x.fence)
         x.release()
     finally:
         r.close()
 
 
-def test_mode_arguments_are_checked():
+def test_mode_arguments_are_checked() -> None:
     for bad in (0, -1, 1_000_001, True, 2.0):
         with pytest.raises(ValueError):
-            redislock.Lock(None, "lock:k", timeout=1, limit=bad)
+            redislock.Lock(None, "lock:k", timeout=1, limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
         redislock.Lock(None, "lock:k", timeout=1, shared=True, limit=2)
     assert redislock.Lock(None, "lock:k", timeout=1, limit=1_000_000).limit == 1_000_000
@@ -282,7 +294,7 @@ def test_mode_arguments_are_checked():
 # --- connection-bound holds and guarded writes ----------------------------------------------------
 
 
-def test_ephemeral_hold_ends_with_its_connection(server, r):
+def test_ephemeral_hold_ends_with_its_connection(server: Server, r: redis.Redis) -> None:
     own = server.client(single_connection_client=True)
     lock = redislock.Lock(own, "lock:eph", timeout=60, ephemeral=True)
     assert lock.acquire()
@@ -293,18 +305,18 @@ def test_ephemeral_hold_ends_with_its_connection(server, r):
     other.release()
 
 
-def test_ephemeral_shared_holds_end_one_by_one(server, r):
+def test_ephemeral_shared_holds_end_one_by_one(server: Server, r: redis.Redis) -> None:
     own = server.client(single_connection_client=True)
     bound = redislock.Lock(own, "lock:rw", timeout=60, shared=True, ephemeral=True)
     kept = redislock.Lock(r, "lock:rw", timeout=60, shared=True)
     assert bound.acquire() and kept.acquire()
     own.close()
-    wait_for(lambda: kept.info().tokens == [kept.token])
+    wait_for(lambda: must(kept.info()).tokens == [must(kept.token)])
     kept.release()
 
 
 @pytest.mark.parametrize("kind", [{}, {"shared": True}, {"limit": 2}], ids=["exclusive", "shared", "limit"])
-def test_call_runs_only_for_the_holder(r, kind):
+def test_call_runs_only_for_the_holder(r: redis.Redis, kind: Any) -> None:
     lock = redislock.Lock(r, "{acct}:lock", timeout=10, **kind)
     assert lock.acquire()
     assert lock.call("SET", "{acct}:balance", "10") in (True, b"OK", "OK")
@@ -315,7 +327,7 @@ def test_call_runs_only_for_the_holder(r, kind):
     assert r.get("{acct}:balance") == b"10"
 
 
-def test_fence_gate(r):
+def test_fence_gate(r: redis.Redis) -> None:
     gate = redislock.FenceGate(r, "gate:report")
     assert gate.call(100, "SET", "{gate:report}:v", "a") in (True, b"OK", "OK")
     assert gate.call(100, "SET", "{gate:report}:v", "b") in (True, b"OK", "OK")

@@ -11,7 +11,7 @@ read hold of a read/write lock or a place of a semaphore. ``redislock.asyncio`` 
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._common import LockInfo, LockKindError, StaleFenceError, UnsupportedError
+from ._common import HolderInfo, LockInfo, LockKindError, StaleFenceError, UnsupportedError
 from .lock import FenceGate, Lock, supports
 from .redlock import Redlock, RedlockError
 
@@ -26,6 +26,7 @@ __all__ = [
     "StaleFenceError",
     "LockKindError",
     "LockInfo",
+    "HolderInfo",
     "supports",
 ]
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import math
 import re
 import uuid
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+import sys
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union, cast, overload
+
+if sys.version_info >= (3, 11):
+    from typing import Literal, TypedDict
+else:  # typing's TypedDict before 3.11 cannot be generic, which is not needed here
+    from typing import Literal, TypedDict
 
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
@@ -159,14 +165,39 @@ def as_str(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+class HolderInfo(TypedDict, total=False):
+    """One holder in ``LockInfo["holders"]``."""
+
+    token: bytes
+    fence: int
+    ttl: int
+    client: int
+    data: bytes
+
+
 class LockInfo(Dict[str, Any]):
-    """LOCK.INFO as a dict with str keys.
+    """LOCK.INFO as a dict with str keys, typed per key (``info["fence"]`` is an ``int``).
 
     Every kind: ``mode`` (``"exclusive"``, ``"shared"`` or ``"semaphore"``), ``ttl`` (ms, the
-    key's: the latest lease), ``waiters``, and ``holders``: a list of dicts (``token`` as bytes,
-    ``fence``, ``ttl``, ``client``), one per holder, in grant order. An exclusive lock also has
-    ``token``, ``fence`` and ``client`` at the top; a semaphore has ``limit``. Servers before
-    shared locks have no ``holders``: ``tokens`` and ``holder()`` work on both."""
+    key's: the latest lease), ``waiters``, and ``holders``: a list of ``HolderInfo`` dicts
+    (``token`` as bytes, ``fence``, ``ttl``, ``client``), one per holder, in grant order. An
+    exclusive lock also has ``token``, ``fence`` and ``client`` at the top; a semaphore has
+    ``limit``. Servers before shared locks have no ``holders``: ``tokens`` and ``holder()`` work
+    on both."""
+
+    @overload
+    def __getitem__(self, key: Literal["mode"]) -> str: ...
+    @overload
+    def __getitem__(self, key: Literal["ttl", "waiters", "fence", "client", "limit"]) -> int: ...
+    @overload
+    def __getitem__(self, key: Literal["token", "data"]) -> bytes: ...
+    @overload
+    def __getitem__(self, key: Literal["holders"]) -> List[HolderInfo]: ...
+    @overload
+    def __getitem__(self, key: str) -> Any: ...
+
+    def __getitem__(self, key: str) -> Any:
+        return super().__getitem__(key)
 
     @property
     def tokens(self) -> List[bytes]:
@@ -177,14 +208,16 @@ class LockInfo(Dict[str, Any]):
         token = self.get("token")
         return [as_bytes(token)] if token is not None else []
 
-    def holder(self, token: Union[bytes, str]) -> Optional[Dict[str, Any]]:
+    def holder(self, token: Union[bytes, str, None]) -> Optional[HolderInfo]:
         """The entry of ``token``'s hold (``token``, ``fence``, ``ttl``, …), or None."""
+        if token is None:
+            return None
         token = as_bytes(token)
-        holders = self.get("holders")
+        holders: List[HolderInfo] = self.get("holders") or []
         if holders:
             return next((h for h in holders if h.get("token") == token), None)
         if self.get("token") == token:
-            return {k: self[k] for k in ("token", "fence", "ttl", "client") if k in self}
+            return cast(HolderInfo, {k: self[k] for k in ("token", "fence", "ttl", "client") if k in self})
         return None
 
 

@@ -11,7 +11,7 @@ import inspect
 import time
 import weakref
 from types import SimpleNamespace, TracebackType
-from typing import Any, Awaitable, Callable, Optional, Set, Type, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Optional, Set, Type, Union, cast
 
 import redis.asyncio.lock
 from redis.exceptions import LockError, LockNotOwnedError
@@ -151,9 +151,9 @@ class Lock(LockBase, redis.asyncio.lock.Lock):
         # Tasks share one thread: the token lives on the lock, as in redis.asyncio's own Lock.
         return SimpleNamespace(token=None, fence=None, hold=None)
 
-    async def __aenter__(self) -> "Lock":
+    async def __aenter__(self) -> "HeldLock":
         if await self.acquire():
-            return self
+            return cast("HeldLock", self)
         raise self._not_acquired()
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
@@ -205,6 +205,22 @@ class Lock(LockBase, redis.asyncio.lock.Lock):
     def _unschedule(self, hold: Hold) -> None:
         renewer().remove(hold)
 
+
+
+if TYPE_CHECKING:
+
+    class HeldLock(Lock):
+        """A ``Lock`` inside its ``async with`` block, for type checkers: held, so ``fence``
+        and ``token`` are set (at run time it is the ``Lock`` itself)."""
+
+        @property
+        def fence(self) -> int: ...
+
+        @property
+        def token(self) -> bytes: ...
+
+else:
+    HeldLock = Lock
 
 
 class FenceGate:

@@ -8,7 +8,7 @@ import threading
 import time
 from collections import deque
 from types import SimpleNamespace, TracebackType
-from typing import Any, Callable, Deque, List, Optional, Tuple, Type, Union
+from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple, Type, Union, cast
 
 from redis.exceptions import LockError
 
@@ -239,9 +239,9 @@ class Lock(LockBase):
 
     # -- redis-py's interface -----------------------------------------------------------------
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> "HeldLock":
         if self.acquire():
-            return self
+            return cast("HeldLock", self)
         raise self._not_acquired()
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
@@ -342,6 +342,22 @@ class Lock(LockBase):
         finally:
             if self.thread_local and local.hold is hold:
                 local.token = local.fence = local.hold = None
+
+
+if TYPE_CHECKING:
+
+    class HeldLock(Lock):
+        """A ``Lock`` inside its with-block, for type checkers: held, so ``fence`` and
+        ``token`` are set (at run time it is the ``Lock`` itself)."""
+
+        @property
+        def fence(self) -> int: ...
+
+        @property
+        def token(self) -> bytes: ...
+
+else:
+    HeldLock = Lock
 
 
 class FenceGate:
