@@ -352,18 +352,21 @@ class IoredisConnection {
     this.rawConn = null;
   }
 
-  call(args) {
+  // `asking`: ASKING first, on the same connection (a Cluster's ASK redirection).
+  call(args, asking = false) {
+    if (asking) this.conn.call("ASKING").catch(() => {});
     return this.conn.callBuffer(String(args[0]), ...args.slice(1));
   }
 
   // The application's options as they are (stringNumbers or not): the reply ioredis gives.
-  raw(args) {
+  raw(args, asking = false) {
     if (!this.rawConn) {
       const { stringNumbers, ...options } = this.options;
       void stringNumbers;
       this.rawConn = this.source.duplicate(options);
       if (typeof this.rawConn.on === "function") this.rawConn.on("error", quiet);
     }
+    if (asking) this.rawConn.call("ASKING").catch(() => {});
     return this.rawConn.call(String(args[0]), ...args.slice(1));
   }
 
@@ -463,13 +466,15 @@ class NodeRedisConnection {
     this.connecting.catch(() => {});
   }
 
-  async call(args) {
+  async call(args, asking = false) {
     await this.connecting;
+    if (asking) this.conn.sendCommand(["ASKING"]).catch(() => {});
     return this.conn.sendCommand(args.map((a) => (Buffer.isBuffer(a) ? a : String(a))), NODE_REDIS_OPTIONS);
   }
 
-  async raw(args) {
+  async raw(args, asking = false) {
     await this.connecting;
+    if (asking) this.conn.sendCommand(["ASKING"]).catch(() => {});
     return this.conn.sendCommand(args.map((a) => (Buffer.isBuffer(a) ? a : String(a))));
   }
 
@@ -675,8 +680,7 @@ class Connections {
         conn = await within(this.main(address), deadline - now(), onTimeout);
         await within(conn.ready(), deadline - now(), onTimeout);
         sent = true;
-        if (asking) conn.call(["ASKING"]).catch(() => {});
-        return await within(raw ? conn.raw(args) : conn.call(args), deadline - now(), onTimeout);
+        return await within(raw ? conn.raw(args, asking) : conn.call(args, asking), deadline - now(), onTimeout);
       } catch (err) {
         if (err instanceof LockError) throw err;
         const to = redirection(err);
@@ -718,7 +722,7 @@ class Connections {
     }
     return {
       conn,
-      call: (args) => conn.call(args),
+      call: (args, asking) => conn.call(args, asking),
       drop: () => this.forget(conn),
       done: (healthy) => {
         if (!healthy || this.closed || !conn.alive) return this.forget(conn);
@@ -1106,8 +1110,7 @@ class Locker {
       this.waits.add(stop);
       let healthy = false;
       try {
-        if (asking) conn.call(["ASKING"]).catch(() => {});
-        const answer = conn.call([...args, "BLOCK", left]);
+        const answer = conn.call([...args, "BLOCK", left], asking);
         const bound = deadline === Infinity ? Infinity : deadline + WAIT_GRACE_MS - now();
         let reply;
         try {

@@ -92,6 +92,11 @@ for (const [index, lib] of LIBRARIES.entries()) {
       // A name of the slot that the source does not have: ASK, served by the target.
       const fresh = await locker.acquire(neighbour, 30000);
       assert.equal((await infoAt(target, neighbour)).token, fresh.token);
+      // A guarded command follows the ASK too (its keys on the target), its reply the client
+      // library's own.
+      const data = name.replace("lock", "data");
+      await pipeline(target.port, ["ASKING"], ["SET", data, "1"]);
+      assert.equal(await fresh.call("GET", data), "1");
       assert.match(String(await infoAt(source, neighbour)), /^Error: ASK /);
       assert.equal(await holder.extend(30000), holder); // still on the source
 
@@ -115,6 +120,7 @@ for (const [index, lib] of LIBRARIES.entries()) {
       // The slot is the target's: MOVED, on the same Locker.
       for (const m of cluster.masters.filter(alive)) await command(m.port, "CLUSTER", "SETSLOT", slot, "NODE", target.id);
       assert.equal(await holder.release(), true);
+      assert.equal(await fresh.call("SET", data, "2"), "OK");
       const next = await waiting;
       assert.ok(Date.now() - started < 8000);
       assert.ok(next.fence > holder.fence);
