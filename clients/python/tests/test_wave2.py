@@ -63,14 +63,23 @@ class PreviousRelease:
         return 1
 
 
+def old_server() -> Any:
+    """A stand-in for a client of a server with an older redislock."""
+    return PreviousRelease()
+
+
+#: No client: the arguments are refused before any command.
+no_client: Any = None
+
+
 @pytest.mark.parametrize("option", [{"shared": True}, {"limit": 2}, {"ephemeral": True}])
 def test_options_an_older_server_lacks_raise_unsupported_error(option: Any) -> None:
     with pytest.raises(redislock.UnsupportedError):
-        redislock.Lock(PreviousRelease(), "lock:s", timeout=10, **option).acquire()
+        redislock.Lock(old_server(), "lock:s", timeout=10, **option).acquire()
 
 
 def test_commands_an_older_server_lacks_raise_unsupported_error() -> None:
-    old = PreviousRelease()
+    old = old_server()
     lock = redislock.Lock(old, "lock:c", timeout=10)
     assert lock.acquire()
     with pytest.raises(redislock.UnsupportedError):
@@ -285,10 +294,10 @@ def test_info_under_resp2_and_resp3(server: Server, protocol: Any) -> None:
 def test_mode_arguments_are_checked() -> None:
     for bad in (0, -1, 1_000_001, True, 2.0):
         with pytest.raises(ValueError):
-            redislock.Lock(None, "lock:k", timeout=1, limit=bad)  # type: ignore[arg-type]
+            redislock.Lock(no_client, "lock:k", timeout=1, limit=bad)  # type: ignore[arg-type]
     with pytest.raises(ValueError):
-        redislock.Lock(None, "lock:k", timeout=1, shared=True, limit=2)
-    assert redislock.Lock(None, "lock:k", timeout=1, limit=1_000_000).limit == 1_000_000
+        redislock.Lock(no_client, "lock:k", timeout=1, shared=True, limit=2)
+    assert redislock.Lock(no_client, "lock:k", timeout=1, limit=1_000_000).limit == 1_000_000
 
 
 # --- connection-bound holds and guarded writes ----------------------------------------------------

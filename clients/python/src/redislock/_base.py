@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, List, Optional, Tuple, Type
+from typing import Any, Callable, Generic, List, Optional, Tuple, Type, TypeVar, Union
 
 from redis.exceptions import LockError, LockNotOwnedError
 
@@ -26,16 +26,20 @@ from ._core import Flow, Hold, Spec
 logger = logging.getLogger("redislock")
 
 
-class LockBase:
-    """The lock without its I/O. See ``redislock.Lock`` for the arguments."""
+C = TypeVar("C")
+
+
+class LockBase(Generic[C]):
+    """The lock without its I/O, for clients of type ``C``. See ``redislock.Lock`` for the
+    arguments."""
 
     #: What a loss is called in the logs and ``__repr__``.
     _kind = "redislock.Lock"
 
     def __init__(
         self,
-        redis: Any,
-        name: Any,
+        redis: C,
+        name: Union[str, bytes, memoryview],
         timeout: Optional[Number] = None,
         sleep: Number = 0.1,
         blocking: bool = True,

@@ -134,7 +134,7 @@ def renewer() -> _LoopRenewer:
     return keeper
 
 
-class Lock(LockBase, redis.asyncio.lock.Lock):
+class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], redis.asyncio.lock.Lock):
     """``redislock.Lock`` for ``redis.asyncio.Redis`` / ``RedisCluster``: ``await lock.acquire()``,
     ``async with r.lock(name, lock_class=redislock.asyncio.Lock)``, and so on (a subclass of
     ``redis.asyncio.lock.Lock``, so that ``lock_class`` type-checks). ``acquire`` takes
@@ -226,7 +226,7 @@ else:
 class FenceGate:
     """``redislock.FenceGate`` for ``redis.asyncio`` clients."""
 
-    def __init__(self, redis: Any, gate: Union[str, bytes]) -> None:
+    def __init__(self, redis: Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"], gate: Union[str, bytes]) -> None:
         self.redis = redis
         self.gate = gate
 

@@ -10,6 +10,7 @@ from collections import deque
 from types import SimpleNamespace, TracebackType
 from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple, Type, Union, cast
 
+import redis as redis_py
 from redis.exceptions import LockError
 
 from . import _core
@@ -194,7 +195,7 @@ class _Local(threading.local):
     hold: Optional[Hold] = None
 
 
-class Lock(LockBase):
+class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
     """A lock served by the redislock module, with redis-py ``Lock``'s interface.
 
     ``Lock(redis, name, timeout=None, sleep=0.1, blocking=True, blocking_timeout=None,
@@ -364,7 +365,7 @@ class FenceGate:
     """A gate key that runs commands only for fences at least as new as any it has accepted
     (LOCK.FENCE): for resources on another shard, or written without holding the lock."""
 
-    def __init__(self, redis: Any, gate: Union[str, bytes]) -> None:
+    def __init__(self, redis: Union[redis_py.Redis, redis_py.RedisCluster], gate: Union[str, bytes]) -> None:
         self.redis = redis
         self.gate = gate
 
@@ -375,7 +376,8 @@ class FenceGate:
 
     def _carry(self, request: Request) -> Any:
         assert isinstance(request, Send)
-        return self.redis.execute_command(*request.args)
+        client: Any = self.redis
+        return client.execute_command(*request.args)
 
 
 def supports(redis: Any, command: str) -> bool:

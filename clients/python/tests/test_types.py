@@ -1,0 +1,55 @@
+"""What a type checker says of code that uses the package (mypy --strict, as make test runs it
+on the package, its examples and its tests): a lock's client must be a client, a with-block's
+fence is an int, LOCK.INFO's fields have their types, and the asyncio lock is a lock_class
+redis.asyncio accepts."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import redislock
+from servers import REPO
+
+USE = '''
+import redis
+import redis.asyncio
+import redislock
+import redislock.asyncio
+
+r = redis.Redis()
+redislock.Lock({}, "x")  # line 8: not a client
+
+
+def typed() -> int:
+    with redislock.Lock(r, "x", timeout=5) as lock:
+        fence: int = lock.fence
+        info = lock.info()
+        assert info is not None
+        mode: str = info["mode"]
+        ttl: int = info["holders"][0]["ttl"] + info["ttl"]
+        return fence + ttl + len(mode)
+
+
+async def drop_in(a: redis.asyncio.Redis) -> None:
+    async with a.lock("x", timeout=5, lock_class=redislock.asyncio.Lock):
+        pass
+    async with redislock.asyncio.Lock(a, "x", timeout=5) as lock:
+        fence: int = lock.fence
+        print(fence)
+'''
+
+
+def test_a_type_checker_reads_the_package_types(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    api = pytest.importorskip("mypy.api")
+    use = tmp_path / "use.py"
+    use.write_text(textwrap.dedent(USE))
+    monkeypatch.setenv("MYPYPATH", str(Path(redislock.__file__).parents[1]))  # the package tested
+    out, _, status = api.run(
+        ["--strict", "--config-file", "", "--cache-dir", str(REPO / "target/mypy-cache"), str(use)]
+    )
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert len(errors) == 1 and "use.py:8:" in errors[0] and '"Lock"' in errors[0], out
+    assert status == 1
