@@ -6,10 +6,34 @@
 //! inside its callbacks is unsafe. The data type's unlink callback fires
 //! only for locks, so other keys' writes and expiries never call in here.
 
+use std::cell::Cell;
+
 use crate::core::waiters::Refusal;
 use crate::server::ffi::LockId;
 use crate::server::scheduler::{self, Job};
 use crate::server::{ephemeral, state, waiting};
+
+thread_local! {
+    /// Our own command is unlinking a lock and serves its waiters itself
+    /// right after (a release, ended leases): no look is scheduled, which
+    /// would cost a timer pass per handoff.
+    static CALLER_SERVES: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Restores the flag when the unlinking code returns (or unwinds).
+struct CallerServes(bool);
+
+impl Drop for CallerServes {
+    fn drop(&mut self) {
+        CALLER_SERVES.with(|c| c.set(self.0));
+    }
+}
+
+/// Runs `unlink`, after which the caller serves the lock's waiters itself.
+pub fn then_caller_serves<R>(unlink: impl FnOnce() -> R) -> R {
+    let _restore = CallerServes(CALLER_SERVES.with(|c| c.replace(true)));
+    unlink()
+}
 
 /// Schedules a look at `id` if clients wait for it.
 fn serve_soon(id: LockId) {
@@ -32,7 +56,7 @@ pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool) {
     if with_holders {
         scheduler::cancel(&Job::Leases(id.clone()));
     }
-    if waiting::is_empty() {
+    if waiting::is_empty() || CALLER_SERVES.with(Cell::get) {
         return;
     }
     serve_soon(id);

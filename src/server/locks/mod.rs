@@ -129,10 +129,10 @@ pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], mu
             false => ephemeral::unbind(&id),
         }
     }
-    match multi {
+    keyspace::then_caller_serves(|| match multi {
         true => lockops::end_hold(ctx, name, key, token),
         false => lockops::delete_lock(ctx, name, key),
-    }
+    });
     serve(ctx, name);
 }
 
@@ -176,7 +176,7 @@ pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) -> bool {
 /// `lockops::end_leases`) and unbinds them; returns the key open again.
 /// Does not serve the waiters: the caller does.
 pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
-    let (key, ended) = lockops::end_leases(ctx, name, key);
+    let (key, ended) = keyspace::then_caller_serves(|| lockops::end_leases(ctx, name, key));
     if !ended.is_empty() && ephemeral::any() {
         let id = ffi::lock_id(ctx, name);
         for token in &ended {
