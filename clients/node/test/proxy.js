@@ -15,6 +15,7 @@ class Proxy {
     this.targetPort = targetPort;
     this.open = true;
     this.delayMs = 0;
+    this.delayCloses = false;
     this.sockets = new Set();
     this.held = []; // chunks stopped by a partition, in order: [socket, data]
     this.server = net.createServer((client) => this.accept(client));
@@ -35,8 +36,8 @@ class Proxy {
       from.on("error", () => {});
       from.on("close", () => {
         this.sockets.delete(from);
-        // A slow network delays the close as it delays the bytes before it.
-        if (this.delayMs) setTimeout(() => to.destroy(), this.delayMs);
+        // With slow(ms, { closes: true }) the close comes after the bytes before it.
+        if (this.delayMs && this.delayCloses) setTimeout(() => to.destroy(), this.delayMs);
         else to.destroy();
       });
     }
@@ -64,9 +65,10 @@ class Proxy {
     this.sockets.clear();
   }
 
-  /** Delays every chunk by `ms`, each way. */
-  slow(ms) {
+  /** Delays every chunk by `ms`, each way (and every close, with `closes`). */
+  slow(ms, { closes = false } = {}) {
     this.delayMs = ms;
+    this.delayCloses = closes;
   }
 
   async close() {
