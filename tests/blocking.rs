@@ -36,6 +36,43 @@ fn five_waiters_are_served_in_arrival_order() {
     assert!(info(&mut c, "fifo").is_none());
 }
 
+/// A release hands the lock on in the releasing command itself: no timer pass per handoff
+/// (each would cost the server a wake-up and a pass over its schedule), for an exclusive lock
+/// (the key goes) and for a semaphore (a holder leaves it).
+#[test]
+fn handoffs_on_release_run_no_timer_pass() {
+    const N: usize = 30;
+    let s = Server::start();
+    let mut c = s.conn();
+    for (key, options) in [("hot", &[][..]), ("hot-sem", &["LIMIT", "1"][..])] {
+        let mut acquire = rcmd!("LOCK.ACQUIRE", key, "w-first", "PX", 60_000);
+        for o in options {
+            acquire.arg(*o);
+        }
+        ok(&mut c, &acquire);
+        // No BLOCK timeout: no deadline job either.
+        let waiters: Vec<Waiter> = (0..N)
+            .map(|i| {
+                let w = spawn_waiter_with(&s, key, &format!("w{i}"), 60_000, 0, options);
+                wait_waiters(&mut c, key, i as i64 + 1);
+                w
+            })
+            .collect();
+        let passes = stat(&s, "timer_passes");
+        let mut holder = b"w-first".to_vec();
+        for w in &waiters {
+            assert_eq!(release(&mut c, key, &holder), 1);
+            holder = w.granted().0;
+        }
+        assert_eq!(release(&mut c, key, &holder), 1);
+        let ran = stat(&s, "timer_passes") - passes;
+        assert!(
+            ran <= 2,
+            "{key}: {ran} timer passes for {N} handoffs on release"
+        );
+    }
+}
+
 #[test]
 fn handoff_on_release_del_unlink_flush() {
     let s = Server::start();
