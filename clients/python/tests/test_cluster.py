@@ -9,19 +9,16 @@ The asyncio lock runs on an event loop in a thread of its own, driven from the t
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
-from typing import Any, Callable, Coroutine, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List
 
 import pytest
 import redis
-import redis.asyncio.cluster as acluster
 from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import redislock
-import redislock.asyncio as alock
 from fronts import FRONTS, Front
 from servers import Cluster, Server
 

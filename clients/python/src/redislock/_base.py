@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Generic, List, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, Generic, List, Optional, Type, TypeVar, Union
 
 from redis.exceptions import LockError, LockNotOwnedError
 
@@ -13,7 +13,6 @@ from . import _core
 from ._common import (
     DEFAULT_LEASE,
     EncodableT,
-    LockInfo,
     Number,
     block_ms,
     lock_error,
@@ -202,8 +201,17 @@ class LockBase(Generic[C]):
         return self.on_lost is not None
 
 
-def info_flow(name: Any) -> Flow[Optional[LockInfo]]:
-    return _core.info(name)
+class Held:
+    """For type checkers, mixed into the lock a ``with`` block holds: held, so ``fence`` and
+    ``token`` are set (at run time the block gets the lock itself)."""
+
+    @property
+    def fence(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def token(self) -> bytes:
+        raise NotImplementedError
 
 
-__all__ = ["LockBase", "Tuple"]
+__all__ = ["LockBase", "Held"]

@@ -185,9 +185,6 @@ class BlockLeft(int):
 #: a wait that meets one is sent again (the client routes it to the node now serving the key).
 REDIRECTS = (TryAgainError, AskError, MovedError, ClusterDownError, ClusterError)
 
-#: Errors of the way to the server: the command's fate is unknown.
-LINK_ERRORS = (ConnectionError, TimeoutError, OSError)
-
 
 def call_error(err: ResponseError, name: Any, what: str) -> Exception:
     """The error of a guarded command (``call``, ``FenceGate.call``): only ``NOTOWNER`` and

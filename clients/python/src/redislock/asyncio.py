@@ -10,14 +10,14 @@ import asyncio
 import inspect
 import time
 import weakref
-from types import SimpleNamespace, TracebackType
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Awaitable, Optional, Set, Type, Union, cast
 
 import redis.asyncio.lock
 from redis.exceptions import LockError, LockNotOwnedError
 
 from . import _core
-from ._base import LockBase, logger
+from ._base import Held, LockBase, logger
 from ._common import (
     EncodableT,
     LockInfo,
@@ -209,15 +209,8 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
 
 if TYPE_CHECKING:
 
-    class HeldLock(Lock):
-        """A ``Lock`` inside its ``async with`` block, for type checkers: held, so ``fence``
-        and ``token`` are set (at run time it is the ``Lock`` itself)."""
-
-        @property
-        def fence(self) -> int: ...
-
-        @property
-        def token(self) -> bytes: ...
+    class HeldLock(Held, Lock):
+        """A ``Lock`` inside its ``async with`` block, for type checkers (see ``Held``)."""
 
 else:
     HeldLock = Lock

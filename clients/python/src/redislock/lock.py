@@ -7,14 +7,13 @@ import os
 import threading
 import time
 from collections import deque
-from types import SimpleNamespace, TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple, Type, Union, cast
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple, Type, Union, cast
 
 import redis as redis_py
-from redis.exceptions import LockError
 
 from . import _core
-from ._base import LockBase, logger
+from ._base import Held, LockBase, logger
 from ._common import EncodableT, LockInfo, Number, UnsupportedError, parse_info, unsupported
 from ._core import Hold, Request, Schedule, Send, drive
 from ._link import link_for, send
@@ -347,15 +346,8 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
 
 if TYPE_CHECKING:
 
-    class HeldLock(Lock):
-        """A ``Lock`` inside its with-block, for type checkers: held, so ``fence`` and
-        ``token`` are set (at run time it is the ``Lock`` itself)."""
-
-        @property
-        def fence(self) -> int: ...
-
-        @property
-        def token(self) -> bytes: ...
+    class HeldLock(Held, Lock):
+        """A ``Lock`` inside its with-block, for type checkers (see ``Held``)."""
 
 else:
     HeldLock = Lock
