@@ -59,12 +59,13 @@ clean:
 	$(CARGO) clean
 
 # Benchmarks: native LOCK.* vs SET NX PX + Lua (and shared locks and
-# semaphores vs Lua on a hash and a sorted set), stalls, and LOCK.* against
-# each server's own lock commands, on throw-away servers started by the script
-# (loopback, free ports). Writes bench/results.md, results-raw.txt, stalls.md,
-# callgrind.md, native.md and native-raw.txt; the suite, stalls and native
-# parts take about 20 minutes, best on an otherwise idle machine.
-# BENCH_ONLY=native (or callgrind, stalls, suite pairs 1,2,...) runs a part.
+# semaphores vs Lua on a hash and a sorted set), stalls, LOCK.* against
+# each server's own lock commands, and waiting in the server against a BLPOP
+# mutex, on throw-away servers started by the script (loopback, free ports).
+# Writes bench/results.md, results-raw.txt, stalls.md, callgrind.md, native.md,
+# native-raw.txt and waiting.md; the suite, stalls, native and waiting parts
+# take about 25 minutes, best on an otherwise idle machine.
+# BENCH_ONLY=waiting (or native, callgrind, stalls, suite pairs 1,2,...) runs a part.
 .PHONY: bench
 bench: build
 	bench/run.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redislock benchmark suite (`make bench`).
 #
-# Four parts, in this order:
+# Five parts, in this order:
 #   suite   two throw-away redis-server processes on free loopback ports — one
 #           with the module just built, one without (for the overhead figure) —
 #           and bench/suite.py against them: bench/results.md, results-raw.txt.
@@ -11,12 +11,15 @@
 #   native  bench/native.py on every server of the matrix: the module's basic
 #           commands against the server's own lock commands, side by side:
 #           bench/native.md, native-raw.txt.
+#   waiting bench/waiting.py on every server of the matrix: waiting in the
+#           server against a BLPOP mutex (and a module that only blocks):
+#           bench/waiting.md.
 # Every server is stopped on any exit.
 #
 # Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
-# BENCH_NATIVE_REPS (see native.py); BENCH_ONLY=LIST runs only what LIST (comma
+# BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS (see waiting.py); BENCH_ONLY=LIST runs only what LIST (comma
 # separated) names: suite pairs (1,2,...,6b) and/or the parts `callgrind`,
-# `stalls` and `native`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
+# `stalls`, `native` and `waiting`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
 # clients to CPU 1.
 set -euo pipefail
 
@@ -64,7 +67,7 @@ fi
 
 # What BENCH_ONLY selects: the suite's pairs (any other word) and the parts.
 ONLY=${BENCH_ONLY:-}
-PAIRS=$(tr ',' '\n' <<<"$ONLY" | grep -vx -e callgrind -e stalls -e native -e '' | paste -sd, - || true)
+PAIRS=$(tr ',' '\n' <<<"$ONLY" | grep -vx -e callgrind -e stalls -e native -e waiting -e '' | paste -sd, - || true)
 want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 free_port() {
@@ -180,6 +183,21 @@ if want native; then
     for server in "${servers[@]}"; do server_args+=(--server "$server"); done
     python3 "$ROOT/bench/native.py" "${server_args[@]}" \
         --module "$WORK/libredislock.so" --out-dir "$ROOT/bench" \
+        --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" &
+    DRIVER=$!
+    wait "$DRIVER" || status=1
+    DRIVER=""
+fi
+# Waiting (bench/waiting.py, servers of its own): the module's FIFO lock side
+# by side with a BLPOP mutex on one server process (server CPU per handoff,
+# memory per blocked waiter and what serving a burst of them leaves), and a
+# minimal module that only blocks, for the module API's own floor, on every
+# server. Writes bench/waiting.md.
+if want waiting; then
+    server_args=()
+    for server in "${servers[@]}"; do server_args+=(--server "$server"); done
+    python3 "$ROOT/bench/waiting.py" "${server_args[@]}" \
+        --module "$WORK/libredislock.so" --out "$ROOT/bench/waiting.md" \
         --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" &
     DRIVER=$!
     wait "$DRIVER" || status=1
