@@ -7,6 +7,7 @@ from helpers import must
 from servers import Server
 
 import asyncio
+import threading
 
 import pytest
 import redis
@@ -177,3 +178,22 @@ def test_an_async_with_block_whose_lease_ran_out_raises_on_exit(server: Server, 
 
     run(main())
     assert not r.exists("lock:block")
+
+
+def test_one_task_keeps_every_hold_of_a_loop(server: Server, r: redis.Redis) -> None:
+    async def main() -> None:
+        a = client(server)
+        threads = threading.active_count()
+        try:
+            locks = [alock.Lock(a, f"lock:task:{i}", lease=3) for i in range(300)]
+            for lock in locks:
+                assert await lock.acquire(blocking=False)
+            # Besides this one: the schedule's task alone (renewals are a second away).
+            assert len(asyncio.all_tasks()) - 1 == 1
+            assert threading.active_count() == threads
+            for lock in locks:
+                await lock.release()
+        finally:
+            await a.aclose()
+
+    run(main())

@@ -80,10 +80,12 @@ class _LoopRenewer:
                 if wake is None:
                     return
                 self.wake.clear()
+                loop = asyncio.get_running_loop()
+                alarm = loop.call_later(max(0.0, wake - time.monotonic()), self.wake.set)
                 try:
-                    await asyncio.wait_for(self.wake.wait(), max(0.0, wake - time.monotonic()))
-                except asyncio.TimeoutError:
-                    pass
+                    await self.wake.wait()  # the next moment due, or a hold added
+                finally:
+                    alarm.cancel()
         finally:
             self.task = None
 
