@@ -208,3 +208,4 @@ def test_a_failover_is_followed(front: Front, cluster: Cluster) -> None:
         wait_for(lambda: extend_calls(direct) > calls)  # a renewal on the promoted replica
     assert not renewed.lost.is_set() and renewed.owned()
     renewed.release()
+

@@ -58,10 +58,11 @@ def test_a_grant_and_a_refusal() -> None:
 
 
 def test_a_wait_is_sent_again_after_a_redirect_within_its_timeout() -> None:
-    carry, seen = script(TryAgainError("TRYAGAIN moving"), AskError("1 127.0.0.1:7001"), [b"t", 9])
+    carry, seen = script(TryAgainError("TRYAGAIN moving"), None, AskError("1 127.0.0.1:7001"), None, [b"t", 9])
     assert must(_core.drive(_core.acquire(SPEC, b"t", 5000, 0.1), carry))[:2] == (b"t", 9)
-    assert len(seen) == 3
-    assert all(s.wait_until == seen[0].wait_until and not s.idempotent for s in seen)
+    sends = [s for s in seen if not isinstance(s, Pause)]
+    assert len(sends) == 3 and [type(s) for s in seen].count(Pause) == 2  # a short pause each
+    assert all(s.wait_until == sends[0].wait_until and not s.idempotent for s in sends)
     # Without a wait, a redirect the client could not follow is the caller's.
     carry, _ = script(ClusterError("TTL exhausted."))
     with pytest.raises(ClusterError):
@@ -81,6 +82,12 @@ def test_a_wait_cut_short_goes_on_and_one_at_its_end_does_not() -> None:
     assert len(seen) == 2
     carry, seen = script(None)
     assert _core.drive(_core.acquire(SPEC, b"t", 1, 0.1), carry) is None  # 1 ms: over
+
+
+def test_a_wait_without_limit_goes_on_after_an_empty_answer() -> None:
+    carry, seen = script(None, None, [b"t", 3])  # two parts cut short by a read bound
+    assert _core.drive(_core.acquire(SPEC, b"t", 0, 0.1), carry) is not None
+    assert len(seen) == 3 and all(s.forever and s.args[-2:] == ["BLOCK", 0] for s in seen)
 
 
 def test_a_key_of_another_type_is_polled() -> None:

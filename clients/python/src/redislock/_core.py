@@ -461,6 +461,7 @@ def acquire(
             grant = parse_grant(reply)
         except ResponseError as err:
             if wait_ms is not None and isinstance(err, REDIRECTS):
+                yield from _settle(deadline)
                 continue
             if not wrong_type(err):
                 raise translate(err, spec.name, "acquire") from err
@@ -476,6 +477,7 @@ def acquire(
         except ClusterError:
             if wait_ms is None:
                 raise
+            yield from _settle(deadline)
             continue
         except ConnectionError as err:
             if wait_ms is None or requeued or isinstance(err, TimeoutError):
@@ -483,7 +485,9 @@ def acquire(
             requeued = True
             continue
         if grant is None:
-            if deadline is not None and deadline - time.monotonic() > CUT_SHORT:
+            # A wait answered empty before its end was cut short by a read bound shorter than
+            # the wait (a wait without limit is never answered empty otherwise): wait on.
+            if wait_ms == 0 or (deadline is not None and deadline - time.monotonic() > CUT_SHORT):
                 continue
             return None
         if wait_ms is not None and renew_at_once(sent, time.monotonic(), spec.ttl_ms):
@@ -502,6 +506,14 @@ def acquire(
             elif renewed is not None:
                 continue  # gone already (a lease shorter than the round trip): wait on
         return grant[0], grant[1], sent
+
+
+def _settle(deadline: Optional[float]) -> Flow[None]:
+    """A short pause before a wait is sent again after a redirect the client could not follow
+    yet (the cluster is changing): never past the wait's deadline."""
+    pause = 0.05 if deadline is None else min(0.05, max(0.0, deadline - time.monotonic()))
+    if pause > 0:
+        yield Pause(pause)
 
 
 def info(name: Any) -> Flow[Optional[LockInfo]]:

@@ -88,11 +88,12 @@ def cluster_command(req: Send, socket_timeout: Optional[float]) -> List[Any]:
     wait's ``BLOCK`` reads as the time left whenever it is sent, and a wait longer than the
     client's read timeout is cut into parts (each comes back empty and the lock goes on with
     the time left)."""
+    part = None if not socket_timeout else max(socket_timeout - 0.5, socket_timeout / 2)
+    if req.forever and part is not None:  # BLOCK 0, in parts
+        return [*req.args[:-1], int(part * 1000)]
     if req.wait_until is None:
         return req.args
-    until = req.wait_until
-    if socket_timeout:
-        until = min(until, time.monotonic() + max(socket_timeout - 0.5, socket_timeout / 2))
+    until = req.wait_until if part is None else min(req.wait_until, time.monotonic() + part)
     return [*req.args, "BLOCK", BlockLeft(until)]
 
 

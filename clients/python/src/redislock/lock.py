@@ -98,6 +98,8 @@ class _Renewer:
                         self.workers -= 1
                         return
                 _, _, job = self.jobs.popleft()
+                if self.jobs:  # the scheduler looks again at whether more hands are needed
+                    self.cond.notify_all()
                 self.cond.release()
                 try:
                     job()
