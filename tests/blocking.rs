@@ -73,6 +73,60 @@ fn handoffs_on_release_run_no_timer_pass() {
     }
 }
 
+/// A release that hands the lock straight to an exclusive waiter writes one effect, the
+/// waiter's grant, which replaces the lock on the replica and in the AOF as it did here; a
+/// release to a shared waiter writes its `DEL` first. Either way the replica and a restart
+/// from the AOF have exactly the new holder.
+#[test]
+fn a_release_handing_on_writes_the_new_grant_in_place_of_the_release() {
+    let mut s = Server::builder()
+        .set("appendonly", "yes")
+        .set("appendfsync", "always")
+        .start();
+    let r = Server::start_replica_of(&s);
+    let mut c = s.conn();
+    for (key, options) in [("ex", &[][..]), ("to-shared", &["SHARED"][..])] {
+        grant(&mut c, key, b"a", 60_000);
+        let w = spawn_waiter_with(&s, key, "b", 60_000, 10_000, options);
+        wait_waiters(&mut c, key, 1);
+        let before = s.aof_text().len();
+        assert_eq!(release(&mut c, key, b"a"), 1);
+        let (_, fence) = w.granted();
+        let written = s.aof_text()[before..].to_string();
+        let grant_effect = if options.is_empty() {
+            "LOCK._APPLY"
+        } else {
+            "LOCK._HOLD"
+        };
+        assert!(written.contains(grant_effect), "{key}: {written:?}");
+        assert_eq!(
+            written.contains("DEL"),
+            !options.is_empty(),
+            "{key}: the release's DEL {}: {written:?}",
+            if options.is_empty() {
+                "written before a grant that replaces it"
+            } else {
+                "missing"
+            }
+        );
+        wait_replica_caught_up(&s, &r);
+        let value = rcmd!("DEBUG", "DIGEST-VALUE", key);
+        assert_eq!(
+            ok(&mut r.conn(), &value),
+            ok(&mut c, &value),
+            "{key} on the replica"
+        );
+        let shown = ok(&mut r.conn(), &rcmd!("LOCK.INFO", key));
+        assert!(
+            format!("{shown:?}").contains(&fence.to_string()),
+            "{shown:?}"
+        );
+    }
+    let digest = ok(&mut c, &rcmd!("DEBUG", "DIGEST"));
+    s.kill9_and_restart();
+    assert_eq!(ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST")), digest);
+}
+
 #[test]
 fn handoff_on_release_del_unlink_flush() {
     let s = Server::start();

@@ -55,11 +55,13 @@ pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at
     ffi::notify(ctx, c"lock.extended", name);
 }
 
-/// Deletes the lock `name`.
+/// Deletes the lock `name`, its `DEL` held back for a handoff that may
+/// replace it (see `ffi::hold_back_delete`): the caller sends it once it
+/// has served the waiters (`ffi::SendHeldBack`).
 pub fn delete_lock(ctx: &Context, name: &RedisString, mut key: LockKey) {
     delete(&mut key);
     drop(key);
-    ffi::replicate_delete(ctx, name);
+    ffi::hold_back_delete(ctx, name);
     ffi::notify(ctx, c"lock.released", name);
 }
 

@@ -1,5 +1,6 @@
 //! Propagation of effects to replicas and the AOF, AOF rewrite, and digests.
 
+use std::cell::RefCell;
 use std::ffi::{c_char, CStr};
 
 use redis_module::{raw, Context, RedisString};
@@ -10,8 +11,60 @@ use crate::core::{limits, numbers};
 
 const APPLY: &CStr = c"LOCK._APPLY";
 
+thread_local! {
+    /// A release's `DEL`, held back while the releasing command hands the
+    /// lock on: an exclusive grant's `LOCK._APPLY` replaces the lock on a
+    /// replica as it does here, so a `DEL` of the same key just before it
+    /// need not be sent (one effect instead of two, and no `MULTI`/`EXEC`
+    /// around them). Any other effect sends it first, keeping the order.
+    static HELD_BACK_DEL: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// Holds back the `DEL` of `key` until the next effect or `send_held_back`.
+pub fn hold_back_delete(ctx: &Context, key: &RedisString) {
+    send_held_back(ctx);
+    HELD_BACK_DEL.with(|d| *d.borrow_mut() = Some(key.as_slice().to_vec()));
+}
+
+/// Sends the held-back `DEL` when dropped, also if the code between
+/// unwinds: a `DEL` left pending would go out with a later command.
+pub struct SendHeldBack<'a>(pub &'a Context);
+
+impl Drop for SendHeldBack<'_> {
+    fn drop(&mut self) {
+        send_held_back(self.0);
+    }
+}
+
+/// Sends the held-back `DEL`, if any.
+pub fn send_held_back(ctx: &Context) {
+    if let Some(key) = HELD_BACK_DEL.with(|d| d.borrow_mut().take()) {
+        // SAFETY: the format "b" matches a buffer with its length.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.ctx,
+                c"DEL".as_ptr(),
+                c"b".as_ptr(),
+                key.as_ptr().cast::<c_char>(),
+                key.len(),
+            )
+        };
+    }
+}
+
 /// Propagates a grant to replicas and the AOF as its exact effect.
 pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, expire_at: i64) {
+    let replaces = HELD_BACK_DEL.with(|d| {
+        let mut d = d.borrow_mut();
+        let same = d.as_deref() == Some(key.as_slice());
+        if same {
+            *d = None;
+        }
+        same
+    });
+    if !replaces {
+        send_held_back(ctx);
+    }
     // Numbers go as text formatted here: Redis's own conversion of "l"
     // arguments costs more than the rest of the call's argument handling.
     let (mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20]);
@@ -37,6 +90,7 @@ pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u6
 
 /// Propagates a promoted master's new fence epoch.
 pub fn replicate_epoch(ctx: &Context, epoch: u64) {
+    send_held_back(ctx);
     // SAFETY: the format "l" matches one long long.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
@@ -50,6 +104,7 @@ pub fn replicate_epoch(ctx: &Context, epoch: u64) {
 
 /// Propagates a new absolute expiry (re-grant, extend).
 pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
+    send_held_back(ctx);
     let mut at_buf = [0u8; 20];
     let at = numbers::decimal(expire_at.max(0) as u64, &mut at_buf);
     // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
@@ -62,14 +117,6 @@ pub fn replicate_expire_at(ctx: &Context, key: &RedisString, expire_at: i64) {
             at.as_ptr().cast::<c_char>(),
             at.len(),
         )
-    };
-}
-
-/// Propagates a release.
-pub fn replicate_delete(ctx: &Context, key: &RedisString) {
-    // SAFETY: the format "s" matches one Redis string.
-    unsafe {
-        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
     };
 }
 
@@ -112,6 +159,7 @@ const GATE: &CStr = c"LOCK._GATE";
 
 /// Propagates a fence gate's new highest fence.
 pub fn replicate_gate(ctx: &Context, key: &RedisString, fence: u64) {
+    send_held_back(ctx);
     let mut fence_buf = [0u8; 20];
     let fence = numbers::decimal(fence, &mut fence_buf);
     // SAFETY: the format "sb" matches a Redis string and a buffer with its length.
@@ -162,6 +210,7 @@ fn kind_args(kind: Kind) -> (&'static CStr, u64) {
 
 /// Propagates one holder's grant, re-grant or extend as its exact state.
 pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8], hold: Hold) {
+    send_held_back(ctx);
     let (kind_name, limit) = kind_args(kind);
     // Numbers go as text formatted here, as in `replicate_grant`.
     let (mut limit_buf, mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20], [0u8; 20]);
@@ -193,6 +242,7 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8]
 
 /// Propagates the end of one holder's hold (release, revoke, lease end).
 pub fn replicate_hold_end(ctx: &Context, key: &RedisString, token: &[u8]) {
+    send_held_back(ctx);
     // SAFETY: the format "sccb" matches a Redis string, two C strings and a
     // buffer with its length.
     unsafe {

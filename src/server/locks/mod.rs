@@ -129,6 +129,7 @@ pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], mu
             false => ephemeral::unbind(&id),
         }
     }
+    let _send = ffi::SendHeldBack(ctx);
     keyspace::then_caller_serves(|| match multi {
         true => lockops::end_hold(ctx, name, key, token),
         false => lockops::delete_lock(ctx, name, key),
