@@ -197,3 +197,23 @@ def test_one_task_keeps_every_hold_of_a_loop(server: Server, r: redis.Redis) -> 
             await a.aclose()
 
     run(main())
+
+
+def test_acquire_takes_redis_asyncio_arguments_in_their_order(server: Server, r: redis.Redis) -> None:
+    """redis.asyncio's Lock.acquire(blocking, blocking_timeout, token): acquire(False) does not
+    wait."""
+
+    async def main() -> None:
+        a = client(server)
+        try:
+            holder = alock.Lock(a, "lock:order", timeout=10)
+            assert await holder.acquire(False, None, "holder-token")
+            assert holder.token == b"holder-token"
+            other = alock.Lock(a, "lock:order", timeout=10)
+            assert await asyncio.wait_for(other.acquire(False), 2) is False
+            assert await asyncio.wait_for(other.acquire(True, 0.2), 2) is False
+            await holder.release()
+        finally:
+            await a.aclose()
+
+    run(main())

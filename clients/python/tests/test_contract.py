@@ -69,7 +69,7 @@ def test_every_hold_has_a_lease_clock(front: Front) -> None:
     started = time.monotonic()
     assert lock.acquire()
     assert called.wait(3), "on_lost was not called when the lease ran out"
-    assert 0.45 < time.monotonic() - started < 0.5 + 0.2
+    assert 0.45 < time.monotonic() - started < 1.0  # at the lease clock's end (0.493 s)
     assert lock.lost.is_set() and not lock.owned()
     with pytest.raises(LockNotOwnedError):
         lock.release()
