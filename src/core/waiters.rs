@@ -176,6 +176,9 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         if waiter.stage == Stage::Waiting {
             self.unqueue(waiter.seq, &waiter.lock);
         }
+        // A burst of waiters grows the maps; once it is served, their room
+        // goes back to the allocator as the server's own clients' does.
+        give_back_room(&mut self.waiters);
         Some(waiter)
     }
 
@@ -205,14 +208,40 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
             }
             if queue.is_empty() {
                 self.queues.remove(lock);
+                give_back_room(&mut self.queues);
             }
         }
+    }
+}
+
+/// Shrinks `map` once it uses under a quarter of its room, to twice its
+/// size: each shrink follows at least as many removals as it moves
+/// entries, so the cost per removal stays constant.
+fn give_back_room<A: Hash + Eq, B>(map: &mut HashMap<A, B>) {
+    const SMALL: usize = 64;
+    if map.capacity() > SMALL && map.len() * 4 < map.capacity() {
+        map.shrink_to((map.len() * 2).max(SMALL));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_served_burst_gives_its_room_back() {
+        let mut w: Waiters<u64, &str, ()> = Waiters::default();
+        for id in 0..10_000u64 {
+            w.enqueue(id, if id % 2 == 0 { "a" } else { "b" }, ());
+        }
+        let grown = w.waiters.capacity();
+        for id in 0..10_000u64 {
+            assert!(w.remove(id).is_some());
+        }
+        assert!(w.is_empty());
+        assert!(grown >= 10_000);
+        assert!(w.waiters.capacity() < 256, "{}", w.waiters.capacity());
+    }
 
     type W = Waiters<u32, &'static str, &'static str>;
 
