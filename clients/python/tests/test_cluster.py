@@ -178,6 +178,8 @@ def test_a_slot_migration_is_followed(front: Front, cluster: Cluster) -> None:
     granted, took, waiter = results["patient"]
     assert granted is True and waiter.fence > fence
     assert lock_info(target, name)["fence"] == waiter.fence
+    data = name.replace("lock", "data")  # the same slot (hash tag)
+    assert waiter.call("SET", data, "x") is True and waiter.call("GET", data) == b"x"
     waiter.release()
     again = front.lock(client, name, timeout=5)
     assert again.acquire(blocking=False)

@@ -625,15 +625,23 @@ def extend_to(name: Any, local: Local, ttl_ms: int, what: str) -> Flow[None]:
         local.hold.extended(sent, ttl_ms)
 
 
-def call(name: Any, local: Local, command: Sequence[EncodableT]) -> Flow[Any]:
-    """LOCK.CALL: the inner command's reply or error as the driver gives it; sent once."""
+Shape = Callable[[Sequence[EncodableT], Any], Any]
+
+
+def as_sent(command: Sequence[EncodableT], reply: Any) -> Any:
+    return reply
+
+
+def call(name: Any, local: Local, command: Sequence[EncodableT], shape: Shape = as_sent) -> Flow[Any]:
+    """LOCK.CALL: the inner command's reply (``shape``: as the driver gives it for the command
+    sent directly) or error; sent once."""
     token = local.token
     if token is None:
         raise lock_error(LockError, "Cannot call through an unlocked lock", name)
     if not command:
         raise ValueError("call() needs a command")
     try:
-        return (yield Send(["LOCK.CALL", name, token, *command], idempotent=False))
+        return shape(command, (yield Send(["LOCK.CALL", name, token, *command], idempotent=False)))
     except ResponseError as err:
         failed = err
     if wrong_type(failed):
@@ -647,7 +655,7 @@ def call(name: Any, local: Local, command: Sequence[EncodableT]) -> Flow[Any]:
     raise call_error(failed, name, "call") from failed
 
 
-def fence_call(gate: Any, fence: Any, command: Sequence[EncodableT]) -> Flow[Any]:
+def fence_call(gate: Any, fence: Any, command: Sequence[EncodableT], shape: Shape = as_sent) -> Flow[Any]:
     """LOCK.FENCE: the inner command's reply or error as the driver gives it, or
     ``StaleFenceError``."""
     if isinstance(fence, bool) or not isinstance(fence, int):
@@ -658,7 +666,7 @@ def fence_call(gate: Any, fence: Any, command: Sequence[EncodableT]) -> Flow[Any
     if not command:
         raise ValueError("call() needs a command")
     try:
-        return (yield Send(["LOCK.FENCE", gate, fence, *command], idempotent=False))
+        return shape(command, (yield Send(["LOCK.FENCE", gate, fence, *command], idempotent=False)))
     except ResponseError as err:
         raise call_error(err, gate, "fence") from err
 

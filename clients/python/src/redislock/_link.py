@@ -302,6 +302,39 @@ def async_link_for(client: Any) -> Optional[AsyncLink]:
     return link
 
 
+def _callbacks(client: Any) -> Any:
+    """redis-py's reply callbacks of ``client`` (of a node of a Cluster client)."""
+    callbacks = getattr(client, "response_callbacks", None)
+    if callbacks is None and hasattr(client, "get_default_node"):
+        try:
+            node = client.get_default_node()
+            callbacks = getattr(getattr(node, "redis_connection", None) or node, "response_callbacks", None)
+        except Exception:  # no node known yet: replies as they come
+            callbacks = None
+    return callbacks
+
+
+def shaper(client: Any) -> Callable[[Any, Any], Any]:
+    """Gives the reply of a command run inside LOCK.CALL or LOCK.FENCE the shape redis-py gives
+    it for the command sent directly (``SET`` → ``True``, ``HGETALL`` → a dict, …)."""
+
+    def shape(command: Any, reply: Any) -> Any:
+        callbacks = _callbacks(client)
+        if not callbacks or not command:
+            return reply
+        words = [w.decode() if isinstance(w, bytes) else str(w) for w in command[:2]]
+        names = [" ".join(words).upper(), words[0].upper()] if len(words) == 2 else [words[0].upper()]
+        for name in names:
+            if name in callbacks:
+                try:
+                    return callbacks[name](reply)
+                except Exception:  # a callback that needs the command's options: as it came
+                    return reply
+        return reply
+
+    return shape
+
+
 def send(client: Any, req: Send) -> Any:
     """Carries one request out for the sync lock."""
     if isinstance(client, redis_py.RedisCluster):

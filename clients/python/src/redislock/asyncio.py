@@ -28,7 +28,7 @@ from ._common import (
     parse_info,
 )
 from ._core import Hold, Request, Schedule, Send, adrive
-from ._link import asend
+from ._link import asend, shaper
 
 __all__ = [
     "Lock",
@@ -193,7 +193,7 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
         return await adrive(_core.info(self.name), self._carry)
 
     async def call(self, *command: EncodableT) -> Any:
-        return await adrive(_core.call(self.name, self.local, command), self._carry)
+        return await adrive(_core.call(self.name, self.local, command, shaper(self.redis)), self._carry)
 
     async def _carry(self, request: Request) -> Any:
         if isinstance(request, Send):
@@ -226,7 +226,7 @@ class FenceGate:
         self.gate = gate
 
     async def call(self, fence: int, *command: EncodableT) -> Any:
-        return await adrive(_core.fence_call(self.gate, fence, command), self._carry)
+        return await adrive(_core.fence_call(self.gate, fence, command, shaper(self.redis)), self._carry)
 
     async def _carry(self, request: Request) -> Any:
         assert isinstance(request, Send)

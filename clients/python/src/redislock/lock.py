@@ -16,7 +16,7 @@ from . import _core
 from ._base import Held, LockBase, logger
 from ._common import EncodableT, LockInfo, Number, UnsupportedError, parse_info, unsupported
 from ._core import Hold, Request, Schedule, Send, drive
-from ._link import link_for, send
+from ._link import link_for, send, shaper
 
 __all__ = ["Lock", "FenceGate", "supports", "UnsupportedError", "parse_info"]
 
@@ -306,7 +306,7 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         or its error, as redis-py gives them for the command sent directly.
         ``LockNotOwnedError`` only if the hold is gone. Sent once, never retried: a command
         whose answer was lost may have run."""
-        return drive(_core.call(self.name, self.local, command), self._carry)
+        return drive(_core.call(self.name, self.local, command, shaper(self.redis)), self._carry)
 
     # -- I/O ----------------------------------------------------------------------------------
 
@@ -366,7 +366,7 @@ class FenceGate:
     def call(self, fence: int, *command: EncodableT) -> Any:
         """Run ``command`` if ``fence`` ≥ the gate's highest: its reply, or its error, as
         redis-py gives them for the command sent directly; ``StaleFenceError`` otherwise."""
-        return drive(_core.fence_call(self.gate, fence, command), self._carry)
+        return drive(_core.fence_call(self.gate, fence, command, shaper(self.redis)), self._carry)
 
     def _carry(self, request: Request) -> Any:
         assert isinstance(request, Send)
