@@ -4,7 +4,8 @@
 # with them, the client libraries' suites (scripts/client-tests.sh; each suite starts its own
 # servers on free ports and mostly waits on them). On the first server `cargo test --release`
 # also runs the unit tests and the torture test; make stress runs the torture test on the
-# others. Every server is tried; the exit status is non-zero if any run failed, and the last
+# others; the client libraries' Cluster tests run on the first and last server only. Every
+# server is tried; the exit status is non-zero if any run failed, and the last
 # lines name what failed.
 set -uo pipefail
 
@@ -13,6 +14,7 @@ cd "$root"
 cargo=${CARGO:-cargo}
 
 servers=$(scripts/servers.sh) || exit 1
+last=$(tail -n 1 <<<"$servers")
 # Build every test binary first, so that compiler output does not mix with the runs.
 "$cargo" test --release --no-run || exit 1
 
@@ -28,6 +30,11 @@ for server in $servers; do
     else
         clients_env=(REDISLOCK_SKIP_TYPECHECK=1)
         tests=(--test suite --test deps)
+    fi
+    # The client libraries' Cluster tests (a 6-node cluster each) run on the first and the last
+    # server; `make test-clients` runs them on every server.
+    if ((!first)) && [ "$server" != "$last" ]; then
+        clients_env+=(REDISLOCK_SKIP_CLUSTER=1)
     fi
     env "${clients_env[@]}" scripts/client-tests.sh "$server" >"$logs/clients" 2>&1 &
     clients=$!

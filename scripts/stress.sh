@@ -295,7 +295,7 @@ for server in $servers; do
         where=$([ $soak = random_commands_while_slots_move ] && echo " in Cluster" || true)
         t0=$(date +%s)
         # The soak stops itself after SOAK_SECS; the timeout catches a step that never ends.
-        REDIS_SERVER=$server SEED=$SEED SOAK_SECS=$SOAK_SECS \
+        REDIS_SERVER=$server SEED=$SEED SOAK_SECS=$SOAK_SECS REDISLOCK_LONG_TESTS=1 \
             timeout --kill-after=10 $((SOAK_SECS + 300)) \
             cargo test --release --test suite "soak::$soak" -- --exact --nocapture >"$log" 2>&1
         rc=$?

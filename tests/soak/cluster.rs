@@ -30,6 +30,8 @@ pub struct Spare {
     pub replica: Server,
     /// When the last `CLUSTER FAILOVER` was done.
     pub failed_over: Option<std::time::Instant>,
+    /// When the last slot move ended (Unix ms).
+    pub moved_at: Option<i64>,
 }
 
 /// `cluster-node-timeout`. A master votes for a replica of the same shard at most once in
@@ -82,6 +84,17 @@ fn owner_seen_by(s: &Server, slot: u16) -> Option<i64> {
     })
 }
 
+/// Whether `s` had a pong from every other node after Unix ms `t`.
+fn heard_from_all_since(s: &Server, t: i64) -> bool {
+    let nodes = lossy(&as_bytes(&ok(&mut s.conn(), &rcmd!("CLUSTER", "NODES"))));
+    nodes.lines().filter(|l| !l.contains("myself")).all(|l| {
+        l.split(' ')
+            .nth(5)
+            .and_then(|p| p.parse::<i64>().ok())
+            .is_some_and(|p| p > t)
+    })
+}
+
 fn state_ok(s: &Server) -> bool {
     let info = lossy(&as_bytes(&ok(&mut s.conn(), &rcmd!("CLUSTER", "INFO"))));
     field(&info, "cluster_state").as_deref() == Some("ok")
@@ -129,6 +142,7 @@ pub fn start_cluster() -> (Server, Server, Spare) {
         master: b,
         replica: rb,
         failed_over: None,
+        moved_at: None,
     };
     wait_cluster(&[&a, &ra, &spare.master, &spare.replica], a.port());
     (a, ra, spare)
@@ -162,9 +176,11 @@ impl Soak {
         let r = self.move_slots_to(&spare, d);
         self.spare = Some(spare);
         r?;
+        let ended = now_ms();
         let mut spare = self.spare.take().expect("spare");
         std::mem::swap(&mut self.master, &mut spare.master);
         std::mem::swap(&mut self.replica, &mut spare.replica);
+        spare.moved_at = Some(ended);
         self.spare = Some(spare);
         self.model.unbind_all();
         self.connect_slots();
@@ -191,6 +207,17 @@ impl Soak {
     }
 
     fn move_slots_to(&mut self, to: &Spare, d: &mut Draws) -> R {
+        if let Some(t) = to.moved_at {
+            let all = [&self.master, &self.replica, &to.master, &to.replica];
+            // Gossip sent before the last move ended may still be on its way, and a node that
+            // imports a slot takes it over when the node it imports from seems not to own it
+            // (Valkey): every node hears from every other one again first.
+            wait_until(
+                "fresh gossip after the last move",
+                Duration::from_secs(20),
+                || all.iter().all(|n| heard_from_all_since(n, t)),
+            );
+        }
         let (src, dst) = (my_id(&self.master), my_id(&to.master));
         let dport = to.master.port();
         let mut dc = to.master.conn();
@@ -238,7 +265,21 @@ impl Soak {
                 migrate.arg(k);
             }
             let t0 = now_ms();
-            let reply = ok(&mut self.mc, &migrate);
+            let reply = match run(&mut self.mc, &migrate) {
+                Ok(v) => v,
+                Err(e) => {
+                    let nodes = |s: &Server| {
+                        lossy(&as_bytes(&ok(&mut s.conn(), &rcmd!("CLUSTER", "NODES"))))
+                    };
+                    return Err(format!(
+                        "MIGRATE {batch:?}: {}\nsource's CLUSTER NODES:\n{}\ntarget's:\n{}\n{}",
+                        err_text(&e),
+                        nodes(&self.master),
+                        nodes(&to.master),
+                        to.master.log_tail(40)
+                    ));
+                }
+            };
             let t = now_ms();
             self.note(format!("  MIGRATE {batch:?} -> {reply:?}"));
             for k in &locks {
@@ -270,28 +311,33 @@ impl Soak {
         Ok(())
     }
 
-    /// Waits until no hold of `key` may end within the next moments, so that what a `MIGRATE`
-    /// does to its waiters does not depend on timing.
+    /// Waits until no hold of `key` may end, and no waiter's deadline pass, within the next
+    /// moments, so that what a `MIGRATE` does to its waiters does not depend on timing (a
+    /// waiter that leaves can let the next one in before the lock moves).
     fn quiet(&mut self, key: &str) -> R {
         loop {
             self.settle(key)?;
             let soon = now_ms() + 6 * late();
             let lock = self.model.peek(key);
-            match lock
+            let leases = lock
                 .holds
                 .iter()
                 .filter(|h| h.lease.lo <= soon)
-                .map(|h| h.lease.hi)
-                .max()
-            {
-                Some(hi) => sleep_until_wall_ms(hi),
+                .map(|h| h.lease.hi);
+            let deadlines = lock
+                .queue
+                .iter()
+                .filter(|w| w.deadline.lo <= soon)
+                .map(|w| w.deadline.hi + late());
+            match leases.chain(deadlines).max() {
+                Some(t) => sleep_until_wall_ms(t),
                 None => return Ok(()),
             }
         }
     }
 
-    /// `key` left this node (`MIGRATE`, or its last hold ended while the slot migrates): its
-    /// waiters are answered `TRYAGAIN` (nil if their deadline came first) and leave the queue.
+    /// `key` left this node (`MIGRATE`): its waiters are answered `TRYAGAIN` (nil if their
+    /// deadline came first) and leave the queue.
     pub fn refused_by_move(&mut self, key: &str, when: Span) -> R {
         let queue = std::mem::take(&mut self.model.lock(key).queue);
         for w in queue {
@@ -348,11 +394,29 @@ impl Soak {
                 format!("{listed:?}").contains(&replica_id)
             },
         );
-        let reply = ok(&mut self.replica.conn(), &rcmd!("CLUSTER", "FAILOVER"));
-        if reply != Value::Okay {
-            return Err(format!("CLUSTER FAILOVER answered {reply:?}"));
+        // A manual failover that does not finish in time (its master's pause, or the votes,
+        // late on a loaded machine) is given up by the server: it is asked for again, once the
+        // votes of the first may be given again.
+        let promoted =
+            |s: &Server| s.info_field("replication", "role").as_deref() == Some("master");
+        for attempt in 0.. {
+            let reply = ok(&mut self.replica.conn(), &rcmd!("CLUSTER", "FAILOVER"));
+            if reply != Value::Okay {
+                return Err(format!("CLUSTER FAILOVER answered {reply:?}"));
+            }
+            let deadline =
+                std::time::Instant::now() + Duration::from_millis(2 * NODE_TIMEOUT_MS + 500);
+            while !promoted(&self.replica) && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if promoted(&self.replica) {
+                break;
+            }
+            if attempt == 2 {
+                return Err("CLUSTER FAILOVER did not promote the replica in 3 attempts".into());
+            }
+            self.note("  (the failover timed out: asked again)".into());
         }
-        self.replica.wait_info("replication", "role", "master");
         self.master.wait_info("replication", "role", "slave");
         self.master
             .wait_info("replication", "master_link_status", "up");

@@ -284,9 +284,11 @@ impl Soak {
             Effect::Refused => self.model.tally.refused += 1,
             Effect::Grant(h) => {
                 let fence = h.fence;
+                let (want, ephemeral, token) = (h.want, h.client != 0, h.token.clone());
                 lock.holds.push(h);
                 self.model.new_fence(key, fence)?;
                 self.model.tally.grants += 1;
+                self.model.tally.granted(want, ephemeral, &token);
             }
             Effect::Regrant {
                 token,

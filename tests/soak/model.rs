@@ -205,9 +205,36 @@ pub struct Tally {
     pub moved_locks: u64,
     pub moved_waiters: u64,
     pub checks: u64,
+    /// Grants and handoffs by kind, and operations by type: what a run covered.
+    pub kinds: BTreeMap<&'static str, u64>,
+    pub ops: BTreeMap<String, u64>,
     /// Time spent in operations, and waiting out leases and deadlines near a command.
     pub operation_ms: i64,
     pub waited_ms: i64,
+}
+
+impl Tally {
+    /// A grant or handoff of `want`, bound to a connection or not, with a generated token or not.
+    pub fn granted(&mut self, want: Want, ephemeral: bool, token: &[u8]) {
+        let kind = match want {
+            Want::Exclusive => "exclusive",
+            Want::Shared => "shared",
+            Want::Place(_) => "semaphore",
+        };
+        *self.kinds.entry(kind).or_default() += 1;
+        if ephemeral {
+            *self.kinds.entry("ephemeral").or_default() += 1;
+        }
+        if is_generated(token) {
+            *self.kinds.entry("generated-token").or_default() += 1;
+        }
+    }
+
+    /// `name=count,...` of a tally map.
+    pub fn list<K: std::fmt::Display>(map: &BTreeMap<K, u64>) -> String {
+        let items: Vec<String> = map.iter().map(|(k, n)| format!("{k}:{n}")).collect();
+        items.join(",")
+    }
 }
 
 #[derive(Clone, Debug, Default)]

@@ -137,6 +137,13 @@ impl Soak {
         };
         self.note(format!("== {op:?}"));
         self.model.tally.operations += 1;
+        let name = format!("{op:?}");
+        let name = name
+            .split([' ', '{'])
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        *self.model.tally.ops.entry(name).or_default() += 1;
         match op {
             Op::AofRestart {
                 preamble,

@@ -162,11 +162,6 @@ impl Soak {
             let Some(w) = lock.queue.front().cloned() else {
                 return Ok(());
             };
-            if self.migrating && lock.holds.is_empty() {
-                // The lock is gone from a node whose slot is migrating away: its waiters are
-                // sent to retry where the slot goes.
-                return self.refused_by_move(key, freed);
-            }
             let given = (!w.token.is_empty()).then_some(&w.token[..]);
             let d = lock.decide(w.want, given, false);
             if d == Decision::Busy {
@@ -222,6 +217,7 @@ impl Soak {
                         client: if w.ephemeral { w.client } else { 0 },
                     });
                     self.model.tally.handoffs += 1;
+                    self.model.tally.granted(w.want, w.ephemeral, token);
                     self.note(format!("  {who}: handed {reply}"));
                 }
                 (Reply::Grant(token, fence), Decision::Regrant) => {
@@ -234,6 +230,16 @@ impl Soak {
                 }
                 (Reply::Err(text), Decision::Mismatch(_) | Decision::OtherMode)
                     if *text == super::model::refusal_text(d) => {}
+                // The lock is gone from a node whose slot is migrating away: its waiters are
+                // sent to retry where the slot goes.
+                (Reply::Err(text), _)
+                    if self.migrating
+                        && lock.holds.is_empty()
+                        && text == super::cluster::MOVED_AWAY =>
+                {
+                    self.note(format!("  {who}: {text}"));
+                    self.model.tally.moved_waiters += 1;
+                }
                 _ => {
                     return Err(format!(
                         "{who} answered {reply} when room was freed; expected {d:?}"

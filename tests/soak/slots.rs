@@ -119,10 +119,15 @@ impl Soak {
         self.slots[i].waiting = None;
         match self.slots[i].conn.read() {
             Ok(r) => Ok(Reply::of(r)),
-            Err(e) => Err(format!(
-                "slot {i} (client {}): no reply: {e}",
-                self.slots[i].id
-            )),
+            Err(e) => {
+                let id = self.slots[i].id;
+                let client = run(&mut self.mc, &rcmd!("CLIENT", "LIST", "ID", id));
+                Err(format!(
+                    "slot {i} (client {id}): no reply: {e}; the server has it as {client:?}; \
+                     INFO redislock:\n{}",
+                    self.master.info_text("redislock")
+                ))
+            }
         }
     }
 
