@@ -5,7 +5,7 @@
 //! clients and makes the grants.
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::Hash;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 use super::grant::LockKind;
 
@@ -54,7 +54,7 @@ pub struct Waiter<K, R> {
 /// O(n log n), not O(n²)).
 pub struct Waiters<I, K, R> {
     queues: HashMap<K, BTreeMap<u64, I>>,
-    waiters: HashMap<I, Waiter<K, R>>,
+    waiters: HashMap<I, Waiter<K, R>, BuildHasherDefault<IdHasher>>,
     next_seq: u64,
     queued: usize,
 }
@@ -63,7 +63,7 @@ impl<I, K, R> Default for Waiters<I, K, R> {
     fn default() -> Self {
         Waiters {
             queues: HashMap::new(),
-            waiters: HashMap::new(),
+            waiters: HashMap::default(),
             next_seq: 0,
             queued: 0,
         }
@@ -214,10 +214,40 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     }
 }
 
+/// Hashes waiter ids. The server picks them (the address of a blocked
+/// client's handle), so no client can steer them into one bucket, and a
+/// multiply-and-fold hash costs a few instructions where SipHash, which
+/// lock names need, costs a hundred: waiter ids are looked up several
+/// times per handoff.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        // Addresses share their low bits (alignment); the table picks
+        // buckets by the low bits of the hash.
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
 /// Shrinks `map` once it uses under a quarter of its room, to twice its
 /// size: each shrink follows at least as many removals as it moves
 /// entries, so the cost per removal stays constant.
-fn give_back_room<A: Hash + Eq, B>(map: &mut HashMap<A, B>) {
+fn give_back_room<A: Hash + Eq, B, S: std::hash::BuildHasher>(map: &mut HashMap<A, B, S>) {
     const SMALL: usize = 64;
     if map.capacity() > SMALL && map.len() * 4 < map.capacity() {
         map.shrink_to((map.len() * 2).max(SMALL));

@@ -187,8 +187,13 @@ pub fn plan<D>(
     plan: impl FnOnce(&mut dyn Iterator<Item = &Request>) -> Vec<D>,
 ) -> Vec<(BlockedId, D)> {
     with(|w| {
-        let decisions = plan(&mut w.queue(id).map(|(_, x)| &x.asked));
-        w.queue(id).map(|(h, _)| h).zip(decisions).collect()
+        // One walk of the queue: the handles of the requests `plan` read.
+        let mut handles = Vec::new();
+        let decisions = plan(&mut w.queue(id).map(|(h, x)| {
+            handles.push(h);
+            &x.asked
+        }));
+        handles.into_iter().zip(decisions).collect()
     })
 }
 
