@@ -123,8 +123,10 @@ impl Soak {
                 let id = self.slots[i].id;
                 let client = run(&mut self.mc, &rcmd!("CLIENT", "LIST", "ID", id));
                 Err(format!(
-                    "slot {i} (client {id}): no reply: {e}; the server has it as {client:?}; \
-                     INFO redislock:\n{}",
+                    "slot {i} (client {id}, connected to {:?}; the master is port {}): no reply: \
+                     {e}; the master has client {id} as {client:?}; INFO redislock:\n{}",
+                    self.slots[i].conn.stream().peer_addr(),
+                    self.master.port(),
                     self.master.info_text("redislock")
                 ))
             }
