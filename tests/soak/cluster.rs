@@ -230,27 +230,33 @@ impl Soak {
         }
         self.migrating = true;
         // Batches of one slot each (MIGRATE's rule), the slots in random order, as the source
-        // lists their keys (the model's and any an odd command wrote).
+        // lists their keys (the model's and any an odd command wrote), listed again until none
+        // is left, as `redis-cli --cluster reshard` does: a lock whose last lease ran out is
+        // not listed, and a handoff may bring it back meanwhile.
         let mut slots = soak_slots();
         for i in (1..slots.len()).rev() {
             slots.swap(i, d.below(i + 1));
         }
         let mut keys: Vec<String> = Vec::new();
-        for s in slots {
-            let listed = ok(&mut self.mc, &rcmd!("CLUSTER", "GETKEYSINSLOT", s, 1000));
-            let Value::Array(names) = listed else {
-                return Err(format!("CLUSTER GETKEYSINSLOT {s}: {listed:?}"));
-            };
-            let mut names: Vec<String> = names.iter().map(|n| lossy(&as_bytes(n))).collect();
-            for i in (1..names.len()).rev() {
-                names.swap(i, d.below(i + 1));
+        loop {
+            if keys.is_empty() {
+                let Some(&s) = slots.first() else {
+                    break;
+                };
+                let listed = ok(&mut self.mc, &rcmd!("CLUSTER", "GETKEYSINSLOT", s, 1000));
+                let Value::Array(names) = listed else {
+                    return Err(format!("CLUSTER GETKEYSINSLOT {s}: {listed:?}"));
+                };
+                if names.is_empty() {
+                    slots.remove(0);
+                    continue;
+                }
+                keys = names.iter().map(|n| lossy(&as_bytes(n))).collect();
+                for i in (1..keys.len()).rev() {
+                    keys.swap(i, d.below(i + 1));
+                }
             }
-            keys.extend(names);
-        }
-        while !keys.is_empty() {
-            let slot = key_slot(&keys[0]);
-            let same = keys.iter().take_while(|k| key_slot(k) == slot).count();
-            let n = (1 + d.below(3)).min(same);
+            let n = (1 + d.below(3)).min(keys.len());
             let batch: Vec<String> = keys.drain(..n).collect();
             let locks: Vec<&str> = KEYS
                 .iter()

@@ -99,10 +99,29 @@ impl Soak {
         self.slots = (0..SLOTS).map(|_| connect(&self.master)).collect();
         self.mc = self.master.conn();
         self.odd = None;
+        for i in 0..SLOTS {
+            self.note_connected(i);
+        }
     }
 
     pub fn reconnect_slot(&mut self, i: usize) {
         self.slots[i] = connect(&self.master);
+        self.note_connected(i);
+    }
+
+    fn note_connected(&mut self, i: usize) {
+        let local = self.slots[i]
+            .conn
+            .stream()
+            .local_addr()
+            .map(|a| a.port())
+            .unwrap_or(0);
+        let line = format!(
+            "  slot {i} connected: client {} from port {local} to port {}",
+            self.slots[i].id,
+            self.master.port()
+        );
+        self.note(line);
     }
 
     /// Sends a command on slot `i` and reads its reply: the reply and the span in which the
@@ -121,10 +140,35 @@ impl Soak {
             Ok(r) => Ok(Reply::of(r)),
             Err(e) => {
                 let id = self.slots[i].id;
+                let local = self.slots[i]
+                    .conn
+                    .stream()
+                    .local_addr()
+                    .map(|a| a.to_string())
+                    .unwrap_or_default();
+                let everywhere: Vec<String> = {
+                    let mut found = Vec::new();
+                    let mut nodes = vec![&self.master, &self.replica];
+                    if let Some(sp) = &self.spare {
+                        nodes.push(&sp.master);
+                        nodes.push(&sp.replica);
+                    }
+                    for n in nodes {
+                        let all = lossy(&as_bytes(&ok(&mut n.conn(), &rcmd!("CLIENT", "LIST"))));
+                        for l in all
+                            .lines()
+                            .filter(|l| l.contains(&format!("addr={local} ")))
+                        {
+                            found.push(format!("port {}: {l}", n.port()));
+                        }
+                    }
+                    found
+                };
                 let client = run(&mut self.mc, &rcmd!("CLIENT", "LIST", "ID", id));
                 Err(format!(
                     "slot {i} (client {id}, connected to {:?}; the master is port {}): no reply: \
-                     {e}; the master has client {id} as {client:?}; INFO redislock:\n{}",
+                     {e}; the master has client {id} as {client:?}; its connection seen from \
+                     the servers: {everywhere:?}; INFO redislock:\n{}",
                     self.slots[i].conn.stream().peer_addr(),
                     self.master.port(),
                     self.master.info_text("redislock")
