@@ -73,8 +73,10 @@ bench: build
 # Long reliability runs (scripts/stress.sh): the torture test for minutes, the fuzz/
 # targets (random driver, and libFuzzer via cargo-fuzz), the command fuzzer with many
 # more cases, an integration subset under valgrind, cargo-mutants over the core's unit
-# tests, and the upgrade tests (as make upgrade-test); prints a summary at the end. About 35
-# minutes on 2 cores (3 more the first time, to build the previous release); loopback only.
+# tests, the upgrade tests (as make upgrade-test), the random operations soak (plain and in
+# Redis Cluster with slots moving) and the long integration tests; prints a summary at the
+# end. About 50 minutes on 2 cores (3 more the first time, to build the previous release);
+# loopback only.
 .PHONY: stress
 stress: build
 	scripts/stress.sh
