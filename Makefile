@@ -75,8 +75,8 @@ bench: build
 # more cases, an integration subset under valgrind, cargo-mutants over the core's unit
 # tests, the upgrade tests (as make upgrade-test), the random operations soak (plain and in
 # Redis Cluster with slots moving) and the long integration tests; prints a summary at the
-# end. About 50 minutes on 2 cores (3 more the first time, to build the previous release);
-# loopback only.
+# end. About 35 minutes on 2 cores, plus twice STRESS_SOAK_SECS (150) per server for the soak
+# (3 more the first time, to build the previous release); loopback only.
 .PHONY: stress
 stress: build
 	scripts/stress.sh
