@@ -45,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from native import Server, ServerBench  # noqa: E402
 from resp import Redis, encode  # noqa: E402
+from stalls import wait_for  # noqa: E402
 
 REPS = max(1, int(os.environ.get("BENCH_WAITING_REPS", "3")))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
@@ -142,14 +143,6 @@ def settle_memory(c):
 
 def blocked_clients(c):
     return int(c.info("clients")["blocked_clients"])
-
-
-def wait_for(what, cond, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise RuntimeError("timed out waiting for " + what)
-        time.sleep(0.01)
 
 
 def read_reply(sock_file):
