@@ -63,9 +63,9 @@ clean:
 # each server's own lock commands, and waiting in the server against a BLPOP
 # mutex, on throw-away servers started by the script (loopback, free ports).
 # Writes bench/results.md, results-raw.txt, stalls.md, callgrind.md, native.md,
-# native-raw.txt and waiting.md; the suite, stalls, native and waiting parts
-# take about 25 minutes, best on an otherwise idle machine.
-# BENCH_ONLY=waiting (or native, callgrind, stalls, suite pairs 1,2,...) runs a part.
+# native-raw.txt, waiting.md and million.md; the suite, stalls, native, waiting and million parts
+# take about 32 minutes, best on an otherwise idle machine.
+# BENCH_ONLY=waiting (or million, native, callgrind, stalls, suite pairs 1,2,...) runs a part.
 .PHONY: bench
 bench: build
 	bench/run.sh

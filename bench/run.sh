@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # redislock benchmark suite (`make bench`).
 #
-# Five parts, in this order:
+# Six parts, in this order:
 #   suite   two throw-away redis-server processes on free loopback ports — one
 #           with the module just built, one without (for the overhead figure) —
 #           and bench/suite.py against them: bench/results.md, results-raw.txt.
@@ -14,12 +14,14 @@
 #   waiting bench/waiting.py on every server of the matrix: waiting in the
 #           server against a BLPOP mutex (and a module that only blocks):
 #           bench/waiting.md.
+#   million bench/million.py on every server of the matrix: a million locks
+#           against a million SET NX PX strings: bench/million.md.
 # Every server is stopped on any exit.
 #
 # Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
 # BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS (see waiting.py); BENCH_ONLY=LIST runs only what LIST (comma
 # separated) names: suite pairs (1,2,...,6b) and/or the parts `callgrind`,
-# `stalls`, `native` and `waiting`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
+# `stalls`, `native`, `waiting` and `million`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
 # clients to CPU 1.
 set -euo pipefail
 
@@ -67,7 +69,7 @@ fi
 
 # What BENCH_ONLY selects: the suite's pairs (any other word) and the parts.
 ONLY=${BENCH_ONLY:-}
-PAIRS=$(tr ',' '\n' <<<"$ONLY" | grep -vx -e callgrind -e stalls -e native -e waiting -e '' | paste -sd, - || true)
+PAIRS=$(tr ',' '\n' <<<"$ONLY" | grep -vx -e callgrind -e stalls -e native -e waiting -e million -e '' | paste -sd, - || true)
 want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 
 free_port() {
@@ -198,6 +200,20 @@ if want waiting; then
     for server in "${servers[@]}"; do server_args+=(--server "$server"); done
     python3 "$ROOT/bench/waiting.py" "${server_args[@]}" \
         --module "$WORK/libredislock.so" --out "$ROOT/bench/waiting.md" \
+        --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" &
+    DRIVER=$!
+    wait "$DRIVER" || status=1
+    DRIVER=""
+fi
+# A million locks (bench/million.py, servers of its own): LOCK.ACQUIRE side by
+# side with SET NX PX strings and a minimal module type on one server process
+# (creation CPU, RDB bytes, DEBUG RELOAD, memory), on every server. Writes
+# bench/million.md.
+if want million; then
+    server_args=()
+    for server in "${servers[@]}"; do server_args+=(--server "$server"); done
+    python3 "$ROOT/bench/million.py" "${server_args[@]}" \
+        --module "$WORK/libredislock.so" --out "$ROOT/bench/million.md" \
         --server-cpus "$SERVER_CPUS" --client-cpus "$CLIENT_CPUS" &
     DRIVER=$!
     wait "$DRIVER" || status=1

@@ -205,8 +205,8 @@ def ratio(mod, nat):
     return mod / nat if nat else float("nan")
 
 
-def build_floor(work):
-    """Compiles bench/floor/blockfloor.c against the module API header of the
+def build_floor(work, name="blockfloor"):
+    """Compiles bench/floor/NAME.c against the module API header of the
     redis-module crate the module is built with."""
     import json
     import subprocess
@@ -214,9 +214,9 @@ def build_floor(work):
                                      capture_output=True, text=True, check=True).stdout)
     manifest = next(p["manifest_path"] for p in meta["packages"] if p["name"] == "redis-module")
     include = os.path.join(os.path.dirname(manifest), "src", "include")
-    out = os.path.join(work, "blockfloor.so")
+    out = os.path.join(work, name + ".so")
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-I", include, "-o", out,
-                    os.path.join(HERE, "floor", "blockfloor.c")], check=True)
+                    os.path.join(HERE, "floor", name + ".c")], check=True)
     return out
 
 
