@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import redis
 
@@ -111,6 +113,21 @@ class Server:
                 return "".join(f.readlines()[-lines:])
         except OSError:
             return ""
+
+    @contextmanager
+    def stopped(self) -> Iterator[None]:
+        """The process stopped (SIGSTOP, seen stopped) for the block, then continued: it reads,
+        answers and acknowledges nothing meanwhile, as in ``DEBUG SLEEP``, but from a moment
+        the test knows."""
+        assert self.proc is not None
+        pid = self.proc.pid
+        os.kill(pid, signal.SIGSTOP)
+        os.waitpid(pid, os.WUNTRACED)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            os.waitpid(pid, os.WCONTINUED)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -195,6 +195,53 @@ def test_a_slot_migration_is_followed(front: Front, cluster: Cluster) -> None:
     assert cluster.master_of(slot) is target
 
 
+def acknowledged(cluster: Cluster, master: Server) -> None:
+    """A write of the master acknowledged by its replica (after a stop, the first can lag)."""
+    key = name_on(cluster, master, "acked-")
+    with master.client() as direct:
+        deadline = time.monotonic() + 10
+        while True:
+            direct.set(key, 1)
+            if direct.execute_command("WAIT", 1, 1000) == 1:
+                return
+            assert time.monotonic() < deadline, "the replica does not acknowledge"
+
+
+def test_a_durable_grant_waits_on_the_node_that_granted_it(front: Front, cluster: Cluster) -> None:
+    # WAIT goes on the connection of the grant, to the node serving the key: the grant is on
+    # that node's replica when acquire returns, and with the replica stopped it is released.
+    master, target = cluster.nodes[2], cluster.nodes[1]
+    replica = cluster.replicas[2][0]
+    acknowledged(cluster, master)
+    name = name_on(cluster, master, f"durable-{front.kind}-")
+    client = front.client()
+    lock = front.lock(client, name, timeout=10, replicas=1, replicas_timeout=0.25)
+    assert lock.acquire(blocking=False)
+    with replica.client(single_connection_client=True) as c:
+        c.execute_command("READONLY")
+        info: Any = redislock.lock.parse_info(c.execute_command("LOCK.INFO", name))
+        assert info["token"] == lock.token
+    with replica.stopped():
+        other = front.lock(client, name + ":other", timeout=10, replicas=1, replicas_timeout=0.25)
+        with pytest.raises(redislock.NotReplicatedError):
+            other.acquire(blocking=False)
+        assert lock_info(master, name + ":other") is None
+    acknowledged(cluster, master)
+    # Through a slot migration: ASK while the slot is split, MOVED after; each WAIT on the
+    # node that answered, whose replica acknowledges.
+    slot = key_slot(name.encode())
+
+    def while_split() -> None:
+        assert lock.extend(5)  # ASK: ASKING, LOCK.EXTEND and WAIT on one connection to the target
+
+    cluster.move_slot(slot, master, target, [name.encode()], between=while_split)
+    assert lock.reacquire()  # MOVED: the slot table is read again
+    assert lock_info(target, name)["token"] == lock.token
+    lock.release()
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
 def test_a_failover_is_followed(front: Front, cluster: Cluster) -> None:
     master = cluster.nodes[0] if front.kind == "sync" else cluster.nodes[1]
     replica = cluster.replicas[cluster.nodes.index(master)][0]

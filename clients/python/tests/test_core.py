@@ -18,7 +18,7 @@ from redis.exceptions import (
 )
 
 from helpers import must
-from redislock import StaleFenceError, UnsupportedError, _core
+from redislock import StaleFenceError, UnsupportedError, _core, _flow
 from redislock._core import Hold, Pause, Schedule, Spec
 
 SPEC = Spec("lock:x", 3000, [], auto_renew=True, ephemeral=False, timeout_given=True)
@@ -202,7 +202,7 @@ def test_released_holds_leave_the_schedule() -> None:
 
 
 def test_block_left_reads_the_time_left_when_sent() -> None:
-    block = _core.BlockLeft(time.monotonic() + 2.0)
+    block = _flow.BlockLeft(time.monotonic() + 2.0)
     assert 1900 < int(repr(block)) <= 2000
-    expired = _core.BlockLeft(time.monotonic() - 1.0)
+    expired = _flow.BlockLeft(time.monotonic() - 1.0)
     assert repr(expired) == "1"  # never 0: BLOCK 0 would wait without limit

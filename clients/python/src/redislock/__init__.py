@@ -5,13 +5,15 @@ and methods, and the same exceptions (``redis.exceptions.LockError``, ``LockNotO
 waiting happens in the server, each grant carries a fencing token (``lock.fence``), a lock
 without ``timeout`` is held until released (a lease renewed in the background), and ``lock.lost``
 / ``on_lost`` say when a renewal finds the lock gone. ``shared=True`` and ``limit=n`` take a
-read hold of a read/write lock or a place of a semaphore. ``redislock.asyncio`` has the same for
+read hold of a read/write lock or a place of a semaphore; ``replicas=n`` reports a grant only
+once ``n`` replicas have it (``NotReplicatedError`` otherwise). ``redislock.asyncio`` has the same for
 ``redis.asyncio``; ``redislock.Redlock`` runs one lock over several independent servers.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._common import HolderInfo, LockInfo, LockKindError, StaleFenceError, UnsupportedError
+from ._durable import NotReplicatedError
 from .lock import FenceGate, Lock, supports
 from .redlock import Redlock, RedlockError
 
@@ -25,6 +27,7 @@ __all__ = [
     "UnsupportedError",
     "StaleFenceError",
     "LockKindError",
+    "NotReplicatedError",
     "LockInfo",
     "HolderInfo",
     "supports",

@@ -21,6 +21,8 @@ from ._common import (
     to_ms,
 )
 from ._core import Flow, Hold, Spec
+from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
+from ._durable import Durability
 
 logger = logging.getLogger("redislock")
 
@@ -52,6 +54,10 @@ class LockBase(Generic[C]):
         shared: bool = False,
         limit: Optional[int] = None,
         ephemeral: bool = False,
+        replicas: int = 0,
+        replicas_timeout: Number = DEFAULT_REPLICAS_TIMEOUT,
+        aof_local: bool = False,
+        aof_replicas: int = 0,
     ) -> None:
         self.redis = redis
         self.name = name
@@ -75,7 +81,14 @@ class LockBase(Generic[C]):
         self.shared = bool(shared)
         self.limit = limit
         self.ephemeral = bool(ephemeral)
-        self._spec = Spec(name, ttl_ms, self._mode, self.auto_renew, self.ephemeral, timeout is not None)
+        durable = Durability.make(replicas, replicas_timeout, aof_local, aof_replicas)
+        self.replicas = replicas
+        self.replicas_timeout = replicas_timeout
+        self.aof_local = bool(aof_local)
+        self.aof_replicas = aof_replicas
+        self._spec = Spec(
+            name, ttl_ms, self._mode, self.auto_renew, self.ephemeral, timeout is not None, durable
+        )
         self.local: Any = self._new_local()
         #: Set when the hold is lost (see ``on_lost``); cleared by the next grant.
         self.lost = self._new_lost()
@@ -139,7 +152,9 @@ class LockBase(Generic[C]):
 
     def _granted(self, token: bytes, fence: int, sent: float) -> None:
         self._forget()
-        hold = Hold(self.name, token, fence, self._ttl_ms, sent, self.auto_renew, self, os.getpid())
+        hold = Hold(
+            self.name, token, fence, self._ttl_ms, sent, self.auto_renew, self, os.getpid(), self._spec.durable
+        )
         self.local.token, self.local.fence, self.local.hold = token, fence, hold
         self.lost.clear()
         self._schedule(hold)

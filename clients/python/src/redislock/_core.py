@@ -6,7 +6,9 @@ reply (or has the error thrown into it) and returns the operation's result. The 
 everything: the command lines, the reply → outcome mapping, when a wait is sent again, which
 errors become lock errors, the lease clock. The front ends (``redislock.lock``,
 ``redislock.asyncio``) only carry the requests out, the sync one with blocking calls, the asyncio
-one with ``await``; ``drive`` and ``adrive`` are the two loops that do it.
+one with ``await``; ``drive`` and ``adrive`` (in ``_flow``, with the requests) are the two loops
+that do it. What a lock made with ``replicas=`` or ``aof_*=`` asks after a grant or a renewal,
+and what the answers mean, is decided in ``_durable``.
 
 ``Schedule`` is the lease clock and the renewal schedule of every hold of a process (sync) or
 of an event loop (asyncio): it says, for a given moment, which holds are due for a renewal and
@@ -18,19 +20,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import time
-from typing import (
-    Any,
-    Awaitable,
-    Callable,
-    Generator,
-    List,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import Any, Callable, List, Optional, Protocol, Sequence, Tuple
 
 from redis.exceptions import (
     AskError,
@@ -62,121 +52,8 @@ from ._common import (
     unsupported,
     wrong_type,
 )
-
-T = TypeVar("T")
-
-
-# --- what a flow asks of its front end ----------------------------------------------------------
-
-
-class Send:
-    """Send ``args`` and give back the reply (or throw the error in).
-
-    ``bound``: seconds the command may take at most, besides the client's own ``socket_timeout``
-    (None: only that). ``idempotent``: it may be sent again on a fresh connection when a pooled
-    one turns out closed. ``wait_until`` (a ``time.monotonic()`` moment): the command waits in
-    the server, and ``BLOCK`` with the time left *when it is sent* is appended; it may read for
-    that long. ``forever``: ``BLOCK 0`` was appended already, no bound at all. ``own``: the
-    command must go on a connection of the application's client (an ``EPHEMERAL`` hold is bound
-    to the connection that asks for it)."""
-
-    __slots__ = ("args", "bound", "idempotent", "wait_until", "forever", "own")
-
-    def __init__(
-        self,
-        args: List[Any],
-        bound: Optional[float] = None,
-        idempotent: bool = True,
-        wait_until: Optional[float] = None,
-        forever: bool = False,
-        own: bool = False,
-    ) -> None:
-        self.args = args
-        self.bound = bound
-        self.idempotent = idempotent
-        self.wait_until = wait_until
-        self.forever = forever
-        self.own = own
-
-
-class Pause:
-    """Wait ``seconds`` (polling a key that holds another type)."""
-
-    __slots__ = ("seconds",)
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-
-
-Request = Union[Send, Pause]
-Flow = Generator[Request, Any, T]
-
-
-def step(flow: Flow[Any], reply: Any = None, error: Optional[Exception] = None) -> Tuple[bool, Any]:
-    """Moves ``flow`` on with a reply (or an error thrown in): (False, its next request) or
-    (True, its result)."""
-    try:
-        return False, (flow.send(reply) if error is None else flow.throw(error))
-    except StopIteration as stop:
-        return True, stop.value
-
-
-def drive(flow: Flow[T], carry: Callable[[Request], Any]) -> T:
-    """Runs ``flow`` to its end, each request carried out by ``carry`` (blocking)."""
-    done, value = step(flow)
-    while not done:
-        try:
-            reply = carry(value)
-        except Exception as err:  # the flow decides what an error means
-            done, value = step(flow, error=err)
-        else:
-            done, value = step(flow, reply)
-    result: T = value
-    return result
-
-
-async def adrive(flow: Flow[T], carry: Callable[[Request], Awaitable[Any]]) -> T:
-    """``drive`` for asyncio: ``carry`` is a coroutine function. A cancellation is not thrown
-    into the flow: it ends the operation where it stands."""
-    done, value = step(flow)
-    while not done:
-        done, value = step(flow, *(await _attempt(carry(value))))
-    result: T = value
-    return result
-
-
-async def _attempt(work: Awaitable[Any]) -> Tuple[Any, Optional[Exception]]:
-    try:
-        return await work, None
-    except Exception as err:
-        return None, err
-
-
-def block_arg(wait_until: float, now: float) -> Optional[int]:
-    """The ``BLOCK`` milliseconds of a wait sent at ``now``; None when no time is left."""
-    left_ms = int((wait_until - now) * 1000)
-    return left_ms if left_ms > 0 else None
-
-
-class BlockLeft(int):
-    """The ``BLOCK`` argument of a wait sent through a Cluster client, which sends a command
-    again by itself after a redirect (MOVED, ASK, TRYAGAIN) or a failover: each time it is
-    encoded it reads as the milliseconds left then (at least 1), so that the wait re-queued on
-    the node now serving the key never outlives its timeout. (An encoder that reads the integer
-    value directly sends the time left at the first send.)"""
-
-    wait_until: float
-
-    def __new__(cls, wait_until: float) -> "BlockLeft":
-        left = max(1, int((wait_until - time.monotonic()) * 1000))
-        value = super().__new__(cls, left)
-        value.wait_until = wait_until
-        return value
-
-    def __repr__(self) -> str:
-        return str(max(1, int((self.wait_until - time.monotonic()) * 1000)))
-
-    __str__ = __repr__
+from ._durable import Durability, check, confirm
+from ._flow import Flow, Pause, Request, Send, adrive, drive, unwrap
 
 
 # --- errors -----------------------------------------------------------------------------------
@@ -237,6 +114,7 @@ class Hold:
         "queued_at",
         "pid",
         "watched",
+        "durable",
     )
 
     def __init__(
@@ -249,6 +127,7 @@ class Hold:
         auto_renew: bool,
         owner: Any = None,
         pid: int = 0,
+        durable: Optional[Durability] = None,
     ) -> None:
         self.name = name
         self.token = token
@@ -266,6 +145,8 @@ class Hold:
         self.pid = pid
         #: Put on a renewal schedule, which signals its loss (else ``lost`` reads the clock).
         self.watched = False
+        #: The acknowledgements each renewal must get to count (``replicas=``, ``aof_*=``).
+        self.durable = durable
 
     @property
     def period(self) -> float:
@@ -299,16 +180,20 @@ class Hold:
     def renewal(self, now: float) -> Send:
         """The renewal to send now (the schedule found it due)."""
         self.renewing = True
+        left = max(self.lease_end - now, 0.001)
         return Send(
             ["LOCK.EXTEND", self.name, self.token, "PX", self.ttl_ms],
-            bound=max(self.lease_end - now, 0.001),
+            bound=left,
+            follow=None if self.durable is None else self.durable.follow(left),
         )
 
     def renewed(self, sent: float, reply: Any = None, error: Optional[BaseException] = None) -> bool:
         """The outcome of the renewal sent at ``sent``: True when the hold is now known gone
         (answered 0, or the key holds another type); otherwise the lease clock moves on (an
         answer of 1) or the renewal is tried again soon (any error: READONLY during a failover,
-        a connection that dropped, a timeout)."""
+        a connection that dropped, a timeout). A renewal answered 1 but not acknowledged by the
+        replicas (or fsyncs) asked for does not count: the lease clock stays, and the renewal
+        is tried again soon."""
         self.renewing = False
         if self.ended:
             return False
@@ -319,9 +204,12 @@ class Hold:
                 return True
             self.next_renew = now + self.retry_pause
             return False
-        if reply != 1:
+        if unwrap(reply) != 1:
             self.gone = True
             return True
+        if self.durable is not None and not self.durable.acks(reply).ok:
+            self.next_renew = now + self.retry_pause
+            return False
         self.extended(sent, self.ttl_ms)
         self.next_renew = sent + self.period
         return False
@@ -419,6 +307,7 @@ class Spec:
         auto_renew: bool,
         ephemeral: bool,
         timeout_given: bool,
+        durable: Optional[Durability] = None,
     ) -> None:
         self.name = name
         self.ttl_ms = ttl_ms
@@ -426,6 +315,7 @@ class Spec:
         self.auto_renew = auto_renew
         self.ephemeral = ephemeral
         self.timeout_given = timeout_given
+        self.durable = durable
 
 
 #: How much earlier than its deadline a wait may come back empty before it counts as cut short
@@ -443,7 +333,15 @@ def acquire(
     the back of the queue); one that meets a Cluster redirect or a cluster change is sent again
     while time is left (the client routes it to the node serving the key now); one that comes
     back empty early (cut short by a read bound) goes on with the time left. A key of another
-    type is polled every ``pause`` seconds, as redis-py polls its own lock."""
+    type is polled every ``pause`` seconds, as redis-py polls its own lock.
+
+    With ``spec.durable``, every grant is followed by WAIT/WAITAOF on the connection that
+    received it; one not acknowledged in time is released, and ``NotReplicatedError``
+    raised."""
+    durable = spec.durable
+    if durable is not None and not durable.checked:
+        yield from check(durable, spec.name)
+    follow = None if durable is None else durable.follow(spec.ttl_ms / 1000)
     deadline = None if not wait_ms else time.monotonic() + wait_ms / 1000
     requeued = False
     while True:
@@ -453,12 +351,14 @@ def acquire(
         sent = time.monotonic()
         try:
             if wait_ms is None:
-                reply = yield Send(args, own=spec.ephemeral)
+                reply = yield Send(args, own=spec.ephemeral, follow=follow)
             elif deadline is None:  # BLOCK 0: waits without limit, and so does its read
-                reply = yield Send([*args, "BLOCK", 0], idempotent=False, forever=True, own=spec.ephemeral)
+                reply = yield Send(
+                    [*args, "BLOCK", 0], idempotent=False, forever=True, own=spec.ephemeral, follow=follow
+                )
             else:
-                reply = yield Send(args, idempotent=False, wait_until=deadline, own=spec.ephemeral)
-            grant = parse_grant(reply)
+                reply = yield Send(args, idempotent=False, wait_until=deadline, own=spec.ephemeral, follow=follow)
+            grant = parse_grant(unwrap(reply))
         except ResponseError as err:
             if wait_ms is not None and isinstance(err, REDIRECTS):
                 yield from _settle(deadline)
@@ -490,19 +390,24 @@ def acquire(
             if wait_ms == 0 or (deadline is not None and deadline - time.monotonic() > CUT_SHORT):
                 continue
             return None
+        if durable is not None:
+            yield from confirm(durable, spec.name, grant[0], reply)
         if wait_ms is not None and renew_at_once(sent, time.monotonic(), spec.ttl_ms):
             # Granted after a wait: the lease began at the grant, some time after the request
             # was sent; renew now so that the lease clock starts from a known moment.
             renew_sent = time.monotonic()
             try:
-                renewed = yield Send(
+                renewal = yield Send(
                     ["LOCK.EXTEND", spec.name, grant[0], "PX", spec.ttl_ms],
                     bound=spec.ttl_ms / 1000,
+                    follow=follow,
                 )
             except (ConnectionError, OSError, ResponseError):
-                renewed = None  # unknown: the lease clock counts from the wait's request
+                renewal = None  # unknown: the lease clock counts from the wait's request
+            renewed = unwrap(renewal)
             if renewed == 1:
-                sent = renew_sent
+                if durable is None or durable.acks(renewal).ok:
+                    sent = renew_sent  # else not acknowledged: it does not count
             elif renewed is not None:
                 continue  # gone already (a lease shorter than the round trip): wait on
         return grant[0], grant[1], sent
@@ -599,7 +504,7 @@ def extend(
         if local.hold is not None:
             local.hold.lease_end = 0.0
         return True
-    yield from extend_to(spec.name, local, ttl_ms, "extend")
+    yield from extend_to(spec.name, local, ttl_ms, "extend", spec.durable)
     return True
 
 
@@ -608,19 +513,26 @@ def reacquire(spec: Spec, local: Local) -> Flow[bool]:
         raise lock_error(LockError, "Cannot reacquire an unlocked lock", spec.name)
     if not spec.timeout_given:
         raise lock_error(LockError, "Cannot reacquire a lock with no timeout", spec.name)
-    yield from extend_to(spec.name, local, spec.ttl_ms, "reacquire")
+    yield from extend_to(spec.name, local, spec.ttl_ms, "reacquire", spec.durable)
     return True
 
 
-def extend_to(name: Any, local: Local, ttl_ms: int, what: str) -> Flow[None]:
+def extend_to(name: Any, local: Local, ttl_ms: int, what: str, durable: Optional[Durability] = None) -> Flow[None]:
+    """LOCK.EXTEND to ``ttl_ms``; with ``durable``, an extension not acknowledged in time raises
+    ``NotReplicatedError`` and leaves the lease clock where it was (the hold is kept)."""
     token = local.token
     sent = time.monotonic()
+    follow = None if durable is None else durable.follow(ttl_ms / 1000)
     try:
-        extended = yield Send(["LOCK.EXTEND", name, token, "PX", ttl_ms])
+        reply = yield Send(["LOCK.EXTEND", name, token, "PX", ttl_ms], follow=follow)
     except ResponseError as err:
         raise translate(err, name, what) from err
-    if not extended:
+    if not unwrap(reply):
         raise lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned", name)
+    if durable is not None:
+        acks = durable.acks(reply)
+        if not acks.ok:
+            raise durable.shortfall(acks, name, "extension")
     if local.hold is not None:
         local.hold.extended(sent, ttl_ms)
 
@@ -680,6 +592,7 @@ def encode_token(token: Any, encoder: Any) -> bytes:
 __all__ = [
     "Send",
     "Pause",
+    "Request",
     "Flow",
     "drive",
     "adrive",

@@ -31,10 +31,11 @@ import redis as redis_py
 from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 from redis.retry import Retry
 
-from ._core import BlockLeft, Send, block_arg
+from ._flow import BlockLeft, Follow, Send, block_arg
+from ._followups import acluster_send, afollow_on, cluster_send, follow_on
 
 #: How long after a wait's own timeout its answer may still come: the server answers at the
 #: timeout, the answer then crosses the network once (200 ms each way still fits).
@@ -138,17 +139,18 @@ class Link:
                 return
         conn.disconnect()
 
-    def call(self, req: Send) -> Any:
-        """Send one command and read its reply within its bound (see ``read_bound``)."""
+    def call(self, req: Send, asking: bool = False) -> Any:
+        """Send one command and read its reply within its bound (see ``read_bound``), then its
+        follow-ups on the same connection (``asking``: ASKING first, a Cluster's ASK)."""
         conn, reused = self._take()
         try:
-            return self._call_on(conn, req)
+            return self._call_on(conn, req, asking)
         except Exception as err:
             if not send_again(err, reused, req.idempotent):
                 raise
-            return self._call_on(self._class(**self._kwargs), req)
+            return self._call_on(self._class(**self._kwargs), req, asking)
 
-    def _call_on(self, conn: Any, req: Send) -> Any:
+    def _call_on(self, conn: Any, req: Send, asking: bool = False) -> Any:
         try:
             timeout = read_bound(req, self.default_timeout)
             deadline = None if timeout is None else time.monotonic() + timeout
@@ -157,6 +159,9 @@ class Link:
             conn.socket_timeout = timeout
             conn.socket_connect_timeout = timeout
             conn.connect()
+            if asking:
+                conn.send_command("ASKING")
+                conn.read_response(timeout=timeout)
             args = command_now(req)
             if args is None:
                 self._give_back(conn)
@@ -165,10 +170,14 @@ class Link:
             if deadline is not None:  # what the handshake of a new connection left
                 timeout = max(deadline - time.monotonic(), 0.001)
             reply = conn.read_response(timeout=timeout)
+            reply, fit = follow_on(req.follow, reply, lambda a, t: roundtrip(conn, a, t))
         except BaseException:
             conn.disconnect()
             raise
-        self._give_back(conn)
+        if fit:
+            self._give_back(conn)
+        else:
+            conn.disconnect()
         return reply
 
 
@@ -180,19 +189,22 @@ class AsyncLink:
         self.default_timeout: Optional[float] = self._kwargs.get("socket_timeout")
         self._idle: List[Any] = []
 
-    async def call(self, req: Send) -> Any:
+    async def call(self, req: Send, asking: bool = False) -> Any:
         reused = bool(self._idle)
         conn = self._idle.pop() if reused else self._class(**self._kwargs)
         try:
-            return await self._call_on(conn, req)
+            return await self._call_on(conn, req, asking)
         except Exception as err:
             if not send_again(err, reused, req.idempotent):
                 raise
-            return await self._call_on(self._class(**self._kwargs), req)
+            return await self._call_on(self._class(**self._kwargs), req, asking)
 
-    async def _call_on(self, conn: Any, req: Send) -> Any:
+    async def _call_on(self, conn: Any, req: Send, asking: bool = False) -> Any:
         async def exchange() -> Any:
             await conn.connect()
+            if asking:
+                await conn.send_command("ASKING")
+                await conn.read_response(timeout=math.inf)
             args = command_now(req)
             if args is None:
                 return None
@@ -204,12 +216,27 @@ class AsyncLink:
             if timeout is not None and timeout <= 0:
                 raise TimeoutError("no time left for the command")
             reply = await within(exchange(), timeout)
+            reply, fit = await afollow_on(req.follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
         except BaseException:
             # Cancelled or failed mid-command: the connection's state is unknown, drop it.
             await _drop(conn)
             raise
-        self._idle.append(conn)
+        if fit:
+            self._idle.append(conn)
+        else:
+            await _drop(conn)
         return reply
+
+
+def roundtrip(conn: Any, args: List[Any], timeout: Optional[float]) -> Any:
+    """One more command on a connection already in use, within ``timeout``."""
+    conn.send_command(*args)
+    return conn.read_response(timeout=timeout)
+
+
+async def aroundtrip(conn: Any, args: List[Any]) -> Any:
+    await conn.send_command(*args)
+    return await conn.read_response(timeout=math.inf)
 
 
 async def within(work: Any, timeout: Optional[float]) -> Any:
@@ -232,38 +259,56 @@ def on_client(client: Any, req: Send, default: Optional[float]) -> Tuple[Optiona
     return command_now(req), read_bound(req, default)
 
 
-def call_on_client(client: Any, args: List[Any], timeout: Optional[float]) -> Any:
+def call_on_client(client: Any, args: List[Any], timeout: Optional[float], follow: Optional[Follow] = None) -> Any:
     """One command on a connection of the client's own (its single connection, or one of its
-    pool's), without the client's retries and bounded by ``timeout``: for a hold bound to the
-    connection that asked for it (EPHEMERAL), which must be the application's."""
+    pool's), without the client's retries and bounded by ``timeout``, then its follow-ups on the
+    same connection: for a hold bound to the connection that asked for it (EPHEMERAL), which
+    must be the application's, and for follow-ups where the pool cannot be copied."""
+
+    def exchange(conn: Any) -> Any:
+        try:
+            reply = roundtrip(conn, args, timeout)
+            reply, fit = follow_on(follow, reply, lambda a, t: roundtrip(conn, a, t))
+        except ResponseError:
+            raise
+        except BaseException:  # no answer: the connection's state is unknown
+            conn.disconnect()
+            raise
+        if not fit:
+            conn.disconnect()
+        return reply
+
     single = getattr(client, "connection", None)
     if single is not None:
         with client.single_connection_lock:
-            single.send_command(*args)
-            return single.read_response(timeout=timeout)
+            return exchange(single)
     pool = client.connection_pool
     conn = pool.get_connection()
     try:
-        conn.send_command(*args)
-        return conn.read_response(timeout=timeout)
+        return exchange(conn)
     finally:
         pool.release(conn)
 
 
-async def async_call_on_client(client: Any, args: List[Any], timeout: Optional[float]) -> Any:
+async def async_call_on_client(
+    client: Any, args: List[Any], timeout: Optional[float], follow: Optional[Follow] = None
+) -> Any:
     """``call_on_client`` for ``redis.asyncio`` clients."""
 
     async def exchange(conn: Any) -> Any:
-        await conn.send_command(*args)
-        return await conn.read_response(timeout=math.inf)
+        reply = await within(aroundtrip(conn, args), timeout)
+        reply, fit = await afollow_on(follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
+        if not fit:
+            await _drop(conn)
+        return reply
 
     single = getattr(client, "connection", None)
     conn = single if single is not None else await client.connection_pool.get_connection()
     try:
         if single is not None:
             async with client._single_conn_lock:
-                return await within(exchange(conn), timeout)
-        return await within(exchange(conn), timeout)
+                return await exchange(conn)
+        return await exchange(conn)
     except BaseException:
         await _drop(conn)
         raise
@@ -292,6 +337,28 @@ def _link_of(client: Any, kind: Type[Any], pools: Tuple[Type[Any], ...], make: C
 def link_for(client: Any) -> Optional[Link]:
     pools = (redis_py.ConnectionPool, redis_py.BlockingConnectionPool)
     link: Optional[Link] = _link_of(client, redis_py.Redis, pools, Link)
+    return link
+
+
+def pool_link(pool: Any) -> Link:
+    """The link of a Cluster node's pool (``redis.RedisCluster``): for follow-ups."""
+    with _links_mutex:
+        link: Optional[Link] = _links.get(pool)
+        if link is None:
+            link = _links[pool] = Link(pool)
+        return link
+
+
+_node_links: "weakref.WeakKeyDictionary[Any, Dict[str, AsyncLink]]" = weakref.WeakKeyDictionary()
+
+
+def node_link(cluster: Any, node: Any) -> AsyncLink:
+    """The link of a node of a ``redis.asyncio`` Cluster client (with the node's connection
+    settings), for follow-ups: one per client and node, as the client's own connections."""
+    links = _node_links.setdefault(cluster, {})
+    link = links.get(node.name)
+    if link is None:
+        link = links[node.name] = AsyncLink(node)
     return link
 
 
@@ -339,6 +406,8 @@ def send(client: Any, req: Send) -> Any:
     """Carries one request out for the sync lock."""
     if isinstance(client, redis_py.RedisCluster):
         cluster: Any = client
+        if req.follow is not None:
+            return cluster_send(cluster, req, pool_link)
         timeout = cluster.nodes_manager.connection_kwargs.get("socket_timeout")
         return cluster.execute_command(*cluster_command(req, timeout))
     link = link_for(client)
@@ -347,15 +416,18 @@ def send(client: Any, req: Send) -> Any:
     args, timeout = on_client(client, req, link.default_timeout if link else None)
     if args is None:
         return None
-    if link is None:
+    if link is None and req.follow is None:
         return client.execute_command(*args)
-    # The hold is bound to the connection that asks for it: the application's own.
-    return call_on_client(client, args, timeout)
+    # The hold is bound to the connection that asks for it (the application's own), or the
+    # follow-ups must go on the connection of the command.
+    return call_on_client(client, args, timeout, req.follow)
 
 
 async def asend(client: Any, req: Send) -> Any:
     """Carries one request out for the asyncio lock."""
     if isinstance(client, AsyncRedisCluster):
+        if req.follow is not None:
+            return await acluster_send(client, req, node_link)
         timeout = client.connection_kwargs.get("socket_timeout")
         return await client.execute_command(*cluster_command(req, timeout))
     link = async_link_for(client)
@@ -364,6 +436,6 @@ async def asend(client: Any, req: Send) -> Any:
     args, timeout = on_client(client, req, link.default_timeout if link else None)
     if args is None:
         return None
-    if link is None:
+    if link is None and req.follow is None:
         return await client.execute_command(*args)
-    return await async_call_on_client(client, args, timeout)
+    return await async_call_on_client(client, args, timeout, req.follow)

@@ -27,7 +27,9 @@ from ._common import (
     UnsupportedError,
     parse_info,
 )
-from ._core import Hold, Request, Schedule, Send, adrive
+from ._core import Hold, Schedule
+from ._durable import NotReplicatedError
+from ._flow import Request, Send, adrive
 from ._link import asend, shaper
 
 __all__ = [
@@ -38,6 +40,7 @@ __all__ = [
     "UnsupportedError",
     "StaleFenceError",
     "LockKindError",
+    "NotReplicatedError",
     "parse_info",
 ]
 

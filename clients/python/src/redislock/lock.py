@@ -15,7 +15,8 @@ import redis as redis_py
 from . import _core
 from ._base import Held, LockBase, logger
 from ._common import EncodableT, LockInfo, Number, UnsupportedError, parse_info, unsupported
-from ._core import Hold, Request, Schedule, Send, drive
+from ._core import Hold, Schedule
+from ._flow import Request, Send, drive
 from ._link import link_for, send, shaper
 
 __all__ = ["Lock", "FenceGate", "supports", "UnsupportedError", "parse_info"]
@@ -221,6 +222,15 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
     - ``limit``: one of ``limit`` places of a semaphore (LOCK.ACQUIRE … LIMIT n); every lock on
       the key must give the same ``limit``.
     - ``ephemeral``: the hold ends when the connection that asked for it closes (EPHEMERAL).
+    - ``replicas``: a grant is reported only once that many replicas acknowledged it (``WAIT
+      replicas timeout`` on the connection that received it, after a direct or a waited grant);
+      fewer within ``replicas_timeout`` seconds (default 1): the grant is released and
+      ``NotReplicatedError`` (a ``LockError``) raised. Each renewal waits likewise, and one not
+      acknowledged in time does not count for the lease clock. Default 0: no ``WAIT`` at all.
+    - ``aof_local``, ``aof_replicas``: the same with ``WAITAOF``: the grant is in the master's
+      AOF on disk (``aof_local``, which needs ``appendonly yes``) and in that of
+      ``aof_replicas`` replicas. Needs Redis 7.2+ or Valkey 8+: the first ``acquire()`` checks
+      it and raises ``UnsupportedError`` (taking nothing) where the server has no ``WAITAOF``.
 
     On a single server, acquire, release, extend and the renewals go through connections of the
     lock's own (same settings as the client's, no retries), each bounded in time: a wait reads
