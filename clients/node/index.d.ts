@@ -42,6 +42,24 @@ export interface AcquireOptions {
    * `hold.signal` aborts just before, with the same error.
    */
   onLost?: (error: LockLostError, hold: Hold) => void;
+  /**
+   * Report a grant only once this many replicas acknowledged it: `WAIT replicas timeout` on the
+   * connection that received the grant (direct or waited). Fewer within `replicasTimeoutMs`: the
+   * grant is released and the call rejects with NotReplicatedError. Each extension (and each
+   * renewal of using()) waits likewise; one not acknowledged in time does not move the lease
+   * clock (extend() rejects with NotReplicatedError). Default 0: no WAIT at all.
+   */
+  replicas?: number;
+  /** How long each WAIT (or WAITAOF) may wait, in ms (at most the lease). Default 1000. */
+  replicasTimeoutMs?: number;
+  /**
+   * With WAITAOF: the grant is in the master's AOF on disk (needs appendonly yes). Redis 7.2+ or
+   * Valkey 8+: the first acquire() that asks for it checks, and rejects with UnsupportedError
+   * (nothing taken) where the server has no WAITAOF or appendonly is off.
+   */
+  aofLocal?: boolean;
+  /** With WAITAOF: the grant is in the AOF on disk of this many replicas (as `aofLocal`). */
+  aofReplicas?: number;
 }
 
 /** One holder of a lock, as LOCK.INFO lists it. */
@@ -160,6 +178,20 @@ export declare class UnsupportedError extends LockError {}
 export declare class LockKindError extends LockError {
   readonly limit?: number;
   readonly otherMode: boolean;
+}
+/**
+ * Fewer replicas (or fsyncs) than asked acknowledged a grant or an extension in time. After
+ * acquire() the grant was released (`released`: the server answered the release; if not, the hold
+ * ends with its lease); after extend() the hold is kept and its lease clock was not moved.
+ */
+export declare class NotReplicatedError extends LockError {
+  /** Replicas that acknowledged (WAIT), or the fewest of WAIT's and WAITAOF's; undefined without an answer. */
+  readonly replicas?: number;
+  readonly needed: number;
+  /** WAITAOF's local fsync count (0 or 1); undefined without WAITAOF or an answer. */
+  readonly local?: number;
+  readonly neededLocal: number;
+  readonly released: boolean;
 }
 export declare class StaleFenceError extends LockError {
   readonly fence?: bigint;

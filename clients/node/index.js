@@ -6,47 +6,17 @@
 
 const crypto = require("node:crypto");
 
-class LockError extends Error {
-  constructor(message, name) {
-    super(message);
-    this.name = this.constructor.name;
-    this.lockName = name;
-  }
-}
-
-/** The lock was not granted (held by another token, or the wait ran out). */
-class LockBusyError extends LockError {}
-
-/** The hold is gone: its lease ran out, or it was released or deleted by someone else. */
-class LockLostError extends LockError {}
-
-/** The server's redislock does not know this command or option (yet). */
-class UnsupportedError extends LockError {}
-
-/**
- * The request does not fit the key: it is a semaphore with another `limit` (`limit` is then the
- * key's), `limit` was asked of a read/write lock (exclusive or shared holds), or the token already
- * holds the key in the other mode (`otherMode`). Nothing was changed.
- */
-class LockKindError extends LockError {
-  constructor(message, name, limit, otherMode) {
-    super(message, name);
-    this.limit = limit;
-    this.otherMode = otherMode;
-  }
-}
-
-/** LOCK.FENCE refused the command: a newer fence has already passed the gate. */
-class StaleFenceError extends LockError {
-  constructor(message, name, fence, highest) {
-    super(message, name);
-    this.fence = fence;
-    this.highest = highest;
-  }
-}
-
-/** No answer within the time the call could take: the network or the server is not answering. */
-class LockTimeoutError extends LockError {}
+const {
+  LockError,
+  LockBusyError,
+  LockLostError,
+  UnsupportedError,
+  LockKindError,
+  StaleFenceError,
+  LockTimeoutError,
+  NotReplicatedError,
+} = require("./errors");
+const durable = require("./durable");
 
 const newToken = () => crypto.randomBytes(16).toString("hex");
 
@@ -547,6 +517,26 @@ function isReply(err) {
 }
 
 /**
+ * The follow-ups of a reply (`follow.commands`, each sent by `call` on the connection that gave
+ * it, each bounded by `follow.boundMs`), when the reply wrote something: { value: { reply,
+ * results }, healthy }. `results` holds each reply or error (null when none was sent); a
+ * follow-up without an answer leaves the connection unfit for use, and the rest are not sent.
+ */
+async function followUp(follow, reply, call) {
+  if (!durable.wanted(reply)) return { value: { reply, results: null }, healthy: true };
+  const results = [];
+  for (const command of follow.commands) {
+    try {
+      results.push(await within(call(command), follow.boundMs, () => new LockTimeoutError(`${command[0]}: no answer within ${follow.boundMs} ms`)));
+    } catch (err) {
+      results.push(err);
+      if (!isReply(err)) return { value: { reply, results }, healthy: false };
+    }
+  }
+  return { value: { reply, results }, healthy: true };
+}
+
+/**
  * The locker's connections: in a Cluster, one per node for commands and a pool per node for
  * waits, with the slot table the locker keeps itself (from CLUSTER SLOTS and MOVED answers).
  */
@@ -663,9 +653,10 @@ class Connections {
    * when it is not reachable (a failover), until the time is up; a command whose connection
    * dropped after it was sent is sent again only if `resend`.
    */
-  async send(args, key, ms, onTimeout, { raw = false, resend = true } = {}) {
+  async send(args, key, ms, onTimeout, { raw = false, resend = true, follow = null } = {}) {
     const deadline = now() + ms;
     if (!this.cluster) {
+      if (follow) return this.exchange(await within(this.lend(null), ms, onTimeout), args, deadline, onTimeout, follow, false);
       const conn = await within(this.main(null), ms, onTimeout);
       return within(raw ? conn.raw(args) : conn.call(args), deadline - now(), onTimeout);
     }
@@ -677,6 +668,11 @@ class Connections {
       let conn = null;
       let sent = false;
       try {
+        if (follow) {
+          const lent = await within(this.lend(address), deadline - now(), onTimeout);
+          sent = true;
+          return await this.exchange(lent, args, deadline, onTimeout, follow, asking);
+        }
         conn = await within(this.main(address), deadline - now(), onTimeout);
         await within(conn.ready(), deadline - now(), onTimeout);
         sent = true;
@@ -702,6 +698,26 @@ class Connections {
         if (now() + wait >= deadline) throw Object.assign(onTimeout(), { cause: err });
         if (wait) await pause(wait);
       }
+    }
+  }
+
+  /**
+   * One command on a lent connection (`lend()`), then its follow-ups (`follow`: WAIT, WAITAOF) on
+   * the same connection: { reply, results } (see followUp()). Lent, not the shared connection:
+   * a WAIT blocks its connection for up to its timeout.
+   */
+  async exchange(lent, args, deadline, onTimeout, follow, asking) {
+    let healthy = false;
+    try {
+      const reply = await within(lent.call(args, asking), deadline - now(), onTimeout);
+      const out = await followUp(follow, reply, (a) => lent.call(a));
+      healthy = out.healthy;
+      return out.value;
+    } catch (err) {
+      healthy = isReply(err);
+      throw err;
+    } finally {
+      lent.done(healthy);
     }
   }
 
@@ -803,8 +819,10 @@ function modeArgs(opts) {
 const retryRenewal = (ttlMs) => Math.min(Math.max(ttlMs / 20, 10), 250);
 
 class Hold {
-  constructor(locker, name, token, fence, ttlMs, sent, onLost) {
+  constructor(locker, name, token, fence, ttlMs, sent, onLost, durability = null) {
     this.locker = locker;
+    /** The acknowledgements each extension must get to count (`replicas`, `aof*`), or null. */
+    this.durability = durability;
     this.name = name;
     this.token = token;
     this.fence = fence;
@@ -874,18 +892,25 @@ class Hold {
     positiveMs(ttlMs, "ttlMs");
     if (this.released) throw new LockLostError(`cannot extend ${this.name}: it was released`, this.name);
     const sent = now();
+    const d = this.durability;
     let reply;
     try {
-      reply = await this.locker.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], this.name, timeoutMs, "extend");
+      const follow = d && durable.follow(d, Math.min(ttlMs, timeoutMs));
+      reply = await this.locker.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], this.name, timeoutMs, "extend", { follow });
     } catch (err) {
       const e = translate(err, this.name, "extend");
       if (e instanceof LockLostError) this.lose(e);
       throw e;
     }
-    if (str(reply) !== "1") {
+    if (str(d ? reply.reply : reply) !== "1") {
       const e = new LockLostError(`cannot extend ${this.name}: the lock is no longer held by this token`, this.name);
       this.lose(e);
       throw e;
+    }
+    if (d) {
+      // Not acknowledged by the replicas asked for: it does not count, the lease clock stays.
+      const acks = durable.acks(d, reply);
+      if (!acks.ok) throw durable.shortfall(d, acks, this.name, "extension");
     }
     if (this.signal.aborted) return this; // answered after the lease clock had given it up
     this.ttl = ttlMs;
@@ -916,7 +941,8 @@ class Hold {
       this.scheduleRenewal(this.leaseSent + ttlMs / 3); // a third after the request: RTT included
     } catch (err) {
       if (err instanceof LockLostError) return; // extend() signalled it
-      // Not answered or not reachable: again soon, while the lease may still run.
+      // Not answered, not reachable, or not acknowledged by the replicas asked for: again soon,
+      // while the lease may still run.
       if (this.leaseLeft > 0) this.scheduleRenewal(now() + retryRenewal(ttlMs));
     }
   }
@@ -987,6 +1013,8 @@ class Locker {
    */
   constructor(client) {
     this.conns = new Connections(connectorFor(client));
+    /** The kinds of WAITAOF (with numlocal or without) the server was found to answer. */
+    this.aofChecked = new Set();
     /** Waits in progress, each with the function that ends it (quit() ends them all). */
     this.waits = new Set();
     this.closed = false;
@@ -1032,32 +1060,66 @@ class Locker {
     if (!(wait === 0 || wait === Infinity || (typeof wait === "number" && wait > 0))) {
       throw new (typeof wait === "number" ? RangeError : TypeError)(`wait must be a number of milliseconds, not ${shown(wait)}`);
     }
+    const d = durable.durability(opts);
+    if (d && durable.usesAof(d)) await this.checkAof(d, name);
+    // With `replicas`/`aof*`: WAIT/WAITAOF after the grant, on the connection that received it.
+    const follow = d && durable.follow(d, ttlMs);
+    const unwrap = (r) => (follow && r ? r.reply : r);
     let sent = now();
     let reply;
     if (wait === 0) {
       try {
-        reply = await this.send(args, name, COMMAND_TIMEOUT_MS, "acquire");
+        reply = await this.send(args, name, COMMAND_TIMEOUT_MS, "acquire", { follow });
       } catch (err) {
         throw translate(err, name, "acquire");
       }
     } else {
-      reply = await this.waitFor(name, args, wait, signal);
+      reply = await this.waitFor(name, args, wait, signal, follow);
     }
-    let grant = parseGrant(reply, name);
+    let grant = parseGrant(unwrap(reply), name);
     if (!grant) return null;
+    if (d) await this.confirm(d, name, grant.token, reply);
     if (wait !== 0 && now() - sent > ttlMs / 10) {
       // Granted after a wait: the lease began at the grant, some time after the request was
       // sent; renew now so that the lease clock counts from a known moment.
       const renewSent = now();
-      const renewed = await this.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], name, ttlMs, "extend").catch(() => null);
-      if (renewed !== null && str(renewed) === "1") sent = renewSent;
-      else if (renewed !== null) return null; // gone already: a lease shorter than the round trip
+      const renewal = await this.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], name, ttlMs, "extend", { follow }).catch(() => null);
+      const renewed = unwrap(renewal);
+      if (renewed != null && str(renewed) === "1") {
+        if (!d || durable.acks(d, renewal).ok) sent = renewSent; // else not acknowledged: it does not count
+      } else if (renewal !== null) return null; // gone already: a lease shorter than the round trip
     }
-    return new Hold(this, name, grant.token, grant.fence, ttlMs, sent, opts.onLost);
+    return new Hold(this, name, grant.token, grant.fence, ttlMs, sent, opts.onLost, d);
+  }
+
+  /**
+   * Before the first grant that asks for WAITAOF: the server must have it (and appendonly on, for
+   * `aofLocal`), else UnsupportedError and nothing is taken. Checked once per locker and kind.
+   */
+  async checkAof(d, name) {
+    const kind = d.aofLocal ? "local" : "replicas";
+    if (this.aofChecked.has(kind)) return;
+    try {
+      await this.send(durable.probe(d), name, COMMAND_TIMEOUT_MS, "check");
+    } catch (err) {
+      throw durable.refused(err, name) || translate(err, name, "acquire");
+    }
+    this.aofChecked.add(kind);
+  }
+
+  /** A grant's acknowledgements: enough, or the grant is released and NotReplicatedError thrown. */
+  async confirm(d, name, token, reply) {
+    const acks = durable.acks(d, reply);
+    if (acks.ok) return;
+    const released = await this.send(["LOCK.RELEASE", name, token], name, Math.max(d.timeoutMs, 1000), "release").then(
+      () => true,
+      () => false, // not answered: the hold ends with its lease
+    );
+    throw durable.shortfall(d, acks, name, "grant", released);
   }
 
   // A wait in the server, on a connection of its own (never the one other commands go through).
-  async waitFor(name, args, wait, signal) {
+  async waitFor(name, args, wait, signal, follow = null) {
     const deadline = wait === Infinity ? Infinity : now() + wait;
     const conns = this.conns;
     let requeued = false;
@@ -1132,7 +1194,12 @@ class Locker {
           throw reason;
         }
         healthy = true;
-        return reply;
+        if (!follow) return reply;
+        // WAIT/WAITAOF on the connection that waited: it counts the grant's write, made by the
+        // call that handed the lock over.
+        const out = await followUp(follow, reply, (a) => conn.call(a));
+        healthy = out.healthy;
+        return out.value;
       } catch (err) {
         if (err === reason || err instanceof LockError || (signal && signal.aborted) || this.closed) throw err;
         const to = conns.cluster ? redirection(err) : null;
@@ -1265,4 +1332,5 @@ module.exports = {
   UnsupportedError,
   LockKindError,
   StaleFenceError,
+  NotReplicatedError,
 };

@@ -7,7 +7,7 @@
 const { test, describe, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 
-const { Locker } = require("..");
+const { Locker, NotReplicatedError } = require("..");
 const { Cluster, command, pipeline, eventually } = require("./servers");
 
 let cluster;
@@ -134,6 +134,41 @@ for (const [index, lib] of LIBRARIES.entries()) {
       const again = await locker.acquire(name, 30000);
       assert.equal((await infoAt(target, name)).token, again.token);
       await again.release();
+    });
+
+    test("a durable grant waits on the node that granted it, through ASK and MOVED", async () => {
+      // masters[2], whom no failover test stops; WAIT on the connection of the grant, to the
+      // node that granted it: the grant is on that node's replica when acquire resolves.
+      const { name, slot } = await nameOn(2, `${lib.name}:d`);
+      const source = await cluster.masterOf(slot);
+      const replica = cluster.replicas[cluster.masters.indexOf(source)];
+      const acknowledged = async () => {
+        for (;;) {
+          const [, acks] = await pipeline(source.port, ["SET", name.replace("lock", "probe"), "1"], ["WAIT", "1", "1000"]);
+          if (acks === 1) return;
+        }
+      };
+      await acknowledged();
+      const durable = { replicas: 1, replicasTimeoutMs: 250 };
+      const hold = await locker.acquire(name, 30000, durable);
+      const [, onReplica] = await pipeline(replica.port, ["READONLY"], ["LOCK.INFO", name]);
+      assert.ok(Array.isArray(onReplica) && onReplica.includes(hold.token));
+      await replica.stopped(async () => {
+        await assert.rejects(locker.acquire(name.replace("lock", "other"), 30000, durable), NotReplicatedError);
+        assert.equal(await infoAt(source, name.replace("lock", "other")), null);
+      });
+      await acknowledged();
+      // The lock moves: ASK while the slot is split (ASKING, LOCK.EXTEND and WAIT on one
+      // connection to the target), MOVED once it is the target's.
+      const target = cluster.masters.find((m) => m !== source && alive(m));
+      await command(target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.id);
+      await command(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.id);
+      assert.equal(await command(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", name), "OK");
+      assert.equal(await hold.extend(30000), hold);
+      for (const m of cluster.masters.filter(alive)) await command(m.port, "CLUSTER", "SETSLOT", slot, "NODE", target.id);
+      assert.equal(await hold.extend(30000), hold);
+      assert.equal((await infoAt(target, name)).token, hold.token);
+      assert.equal(await hold.release(), true);
     });
 
     test("after kill -9 of a master and its replica's promotion, the same Locker", async () => {

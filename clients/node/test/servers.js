@@ -86,6 +86,23 @@ class Server {
     this.dir = dir;
   }
 
+  /**
+   * Runs `work()` with the process stopped (SIGSTOP, seen stopped in /proc), then continues it:
+   * meanwhile it reads, answers and acknowledges nothing, as in DEBUG SLEEP, but from a moment
+   * the test knows.
+   */
+  async stopped(work) {
+    const state = () => fs.readFileSync(`/proc/${this.proc.pid}/stat`, "utf8").replace(/^.*\) /s, "")[0];
+    this.proc.kill("SIGSTOP");
+    await eventually(async () => state() === "T", 5000, "the process stopped");
+    try {
+      return await work();
+    } finally {
+      this.proc.kill("SIGCONT");
+      await eventually(async () => state() !== "T", 5000, "the process continued");
+    }
+  }
+
   async stop() {
     if (this.proc.exitCode === null && this.proc.signalCode === null) {
       const exited = new Promise((r) => this.proc.once("exit", r));

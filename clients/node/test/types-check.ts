@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
 import Redis, { Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
-import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, StaleFenceError } from "..";
+import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
 
 declare const client: Redis;
 
@@ -44,6 +44,13 @@ async function uses(): Promise<bigint> {
   const ttl: number | undefined = info?.ttl;
   const holders: HolderInfo[] = info?.holders ?? [];
   const first: bigint | undefined = holders[0]?.fence;
+  try {
+    await locker.acquire("lock:durable", 1000, { replicas: 1, replicasTimeoutMs: 200, aofLocal: true, aofReplicas: 1 });
+  } catch (e) {
+    if (e instanceof NotReplicatedError && e.released && e.replicas !== undefined) return BigInt(e.needed - e.replicas);
+  }
+  // @ts-expect-error replicas is a number
+  void locker.acquire("lock:durable", 1000, { replicas: "1" });
   const reader: Hold = await locker.acquire("lock:rw", 1000, { shared: true });
   const place: Hold | null = await locker.tryAcquire("lock:pool", 1000, { limit: 3, ephemeral: true });
   const still: boolean = await reader.owned();
