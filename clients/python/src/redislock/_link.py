@@ -11,15 +11,18 @@ over).
 On a Cluster (``redis.RedisCluster``, ``redis.asyncio.RedisCluster``) every command goes
 through the cluster client itself, so that redis-py follows ``MOVED``, ``ASK`` and ``TRYAGAIN``
 and refreshes the topology after a failover, on the same client object; a wait's ``BLOCK``
-reads as the time left each time the client sends it (``BlockLeft``).
+reads as the time left each time the client sends it (``BlockLeft``). A request with
+follow-ups (``WAIT`` after a grant or a renewal of a lock made with ``replicas=``) is the
+exception: it goes on a connection of the lock's own to the node serving the key
+(``_followups``), since the cluster client would send each command on a connection of its choice.
 
 Where the client's pool cannot be copied (Sentinel, a custom pool) the commands go through the
-client as well.
+client as well; a request with follow-ups goes on one connection of the client's pool
+(``_conn.call_on_client``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import os
 import threading
@@ -31,10 +34,11 @@ import redis as redis_py
 from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError, ResponseError, TimeoutError
+from redis.exceptions import ConnectionError, TimeoutError
 from redis.retry import Retry
 
-from ._flow import BlockLeft, Follow, Send, block_arg
+from ._conn import _drop, aroundtrip, async_call_on_client, call_on_client, roundtrip, within
+from ._flow import BlockLeft, Send, block_arg
 from ._followups import acluster_send, afollow_on, cluster_send, follow_on
 
 #: How long after a wait's own timeout its answer may still come: the server answers at the
@@ -228,93 +232,10 @@ class AsyncLink:
         return reply
 
 
-def roundtrip(conn: Any, args: List[Any], timeout: Optional[float]) -> Any:
-    """One more command on a connection already in use, within ``timeout``."""
-    conn.send_command(*args)
-    return conn.read_response(timeout=timeout)
-
-
-async def aroundtrip(conn: Any, args: List[Any]) -> Any:
-    await conn.send_command(*args)
-    return await conn.read_response(timeout=math.inf)
-
-
-async def within(work: Any, timeout: Optional[float]) -> Any:
-    try:
-        return await asyncio.wait_for(work, timeout)
-    except asyncio.TimeoutError as err:
-        raise TimeoutError("no answer within the time left") from err
-
-
-async def _drop(conn: Any) -> None:
-    try:
-        await asyncio.shield(conn.disconnect(nowait=True))
-    except BaseException:  # closing a broken connection may fail in many ways; it is gone
-        pass
-
-
 def on_client(client: Any, req: Send, default: Optional[float]) -> Tuple[Optional[List[Any]], Optional[float]]:
     """A command sent through the application's client (an EPHEMERAL acquire, or a client whose
     pool cannot be copied): its command line now and its read bound."""
     return command_now(req), read_bound(req, default)
-
-
-def call_on_client(client: Any, args: List[Any], timeout: Optional[float], follow: Optional[Follow] = None) -> Any:
-    """One command on a connection of the client's own (its single connection, or one of its
-    pool's), without the client's retries and bounded by ``timeout``, then its follow-ups on the
-    same connection: for a hold bound to the connection that asked for it (EPHEMERAL), which
-    must be the application's, and for follow-ups where the pool cannot be copied."""
-
-    def exchange(conn: Any) -> Any:
-        try:
-            reply = roundtrip(conn, args, timeout)
-            reply, fit = follow_on(follow, reply, lambda a, t: roundtrip(conn, a, t))
-        except ResponseError:
-            raise
-        except BaseException:  # no answer: the connection's state is unknown
-            conn.disconnect()
-            raise
-        if not fit:
-            conn.disconnect()
-        return reply
-
-    single = getattr(client, "connection", None)
-    if single is not None:
-        with client.single_connection_lock:
-            return exchange(single)
-    pool = client.connection_pool
-    conn = pool.get_connection()
-    try:
-        return exchange(conn)
-    finally:
-        pool.release(conn)
-
-
-async def async_call_on_client(
-    client: Any, args: List[Any], timeout: Optional[float], follow: Optional[Follow] = None
-) -> Any:
-    """``call_on_client`` for ``redis.asyncio`` clients."""
-
-    async def exchange(conn: Any) -> Any:
-        reply = await within(aroundtrip(conn, args), timeout)
-        reply, fit = await afollow_on(follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
-        if not fit:
-            await _drop(conn)
-        return reply
-
-    single = getattr(client, "connection", None)
-    conn = single if single is not None else await client.connection_pool.get_connection()
-    try:
-        if single is not None:
-            async with client._single_conn_lock:
-                return await exchange(conn)
-        return await exchange(conn)
-    except BaseException:
-        await _drop(conn)
-        raise
-    finally:
-        if single is None:
-            await client.connection_pool.release(conn)
 
 
 _links: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
