@@ -61,6 +61,9 @@ const MODE_EXCLUSIVE: u64 = 0;
 const MODE_GATE: u64 = 1;
 const MODE_SHARED: u64 = 2;
 const MODE_SEMAPHORE: u64 = 3;
+/// An exclusive lock with public data (`DATA`): fence, token, data (1 to 4,096 bytes).
+const MODE_EXCLUSIVE_WITH_DATA: u64 = 4;
+const MAX_DATA: usize = 4096;
 const MAX_TOKEN: usize = 512;
 const MAX_LIMIT: u64 = 1_000_000;
 const EPOCH_SHIFT: u32 = 51;
@@ -510,6 +513,9 @@ fn expect(payload: &[u8], module_name_bits: u64, now: i64) -> Expect {
     }
     match r.uint() {
         Some(mode @ (MODE_EXCLUSIVE | MODE_GATE)) => expect_single(&mut r, mode, now),
+        Some(MODE_EXCLUSIVE_WITH_DATA) if version == ENCODING_VERSION => {
+            expect_with_data(&mut r, now)
+        }
         Some(mode @ (MODE_SHARED | MODE_SEMAPHORE)) if version == ENCODING_VERSION => {
             expect_packed_holders(&mut r, mode, now)
         }
@@ -585,6 +591,34 @@ fn expect_single(r: &mut Reader, mode: u64, now: i64) -> Expect {
     }
     match restorable(fence, now) {
         Some(false) => Expect::Refused,
+        Some(true) if at_trailer(r) => Expect::Lock { token, fence },
+        _ => Expect::Either,
+    }
+}
+
+/// An exclusive lock with public data (version 3, its own code): fence, token, data.
+fn expect_with_data(r: &mut Reader, now: i64) -> Expect {
+    let fields = (|| {
+        let fence = r.uint()?;
+        let token = r.string_field()?;
+        let data = r.string_field()?;
+        (r.value()? == OPCODE_EOF).then_some(())?;
+        Some((fence, token, data))
+    })();
+    let Some((fence, token, data)) = fields else {
+        return Expect::Refused;
+    };
+    if restorable(fence, now) == Some(false) {
+        return Expect::Refused;
+    }
+    let (Some(token), Some(data)) = (token, data) else {
+        // An LZF string: whatever it holds, the rest decides.
+        return Expect::Either;
+    };
+    if token.is_empty() || token.len() > MAX_TOKEN || !(1..=MAX_DATA).contains(&data.len()) {
+        return Expect::Refused;
+    }
+    match restorable(fence, now) {
         Some(true) if at_trailer(r) => Expect::Lock { token, fence },
         _ => Expect::Either,
     }
@@ -1715,6 +1749,27 @@ fn bases(b: &mut Bench) -> Vec<Dump> {
     ] {
         out.push(b.dump_of("base", &token));
     }
+    // Exclusive locks with data: short, and long enough for Redis to compress it.
+    for data in [b"10.0.0.1:6379".to_vec(), vec![b'd'; 300]] {
+        let reply = ok(
+            &mut b.c,
+            &rcmd!(
+                "LOCK.ACQUIRE",
+                "base",
+                "with-data",
+                "PX",
+                3_600_000,
+                "DATA",
+                data
+            ),
+        );
+        assert!(parse_grant(&reply).is_some(), "{reply:?}");
+        out.push(Dump::parse(&as_bytes(&ok(
+            &mut b.c,
+            &rcmd!("DUMP", "base"),
+        ))));
+        ok(&mut b.c, &rcmd!("DEL", "base"));
+    }
     let id = module_id(&out[0].body);
     for fence in [1u64, 63, 64, 16_383, 16_384, u64::from(u32::MAX), 1 << 40] {
         let body = Fields {
@@ -2124,10 +2179,10 @@ fn fuzz_seed() -> u64 {
 fn truncated_at_every_length() {
     let mut b = Bench::start();
     let all = bases(&mut b);
-    // Short and long tokens, a compressed one, and every key with holders: every prefix of the
-    // body, resealed.
+    // Short and long tokens, a compressed one, locks with data (short, and compressed), and
+    // every key with holders: every prefix of the body, resealed.
     let holders = &all[all.len() - HOLDER_BASES..];
-    for base in [&all[0], &all[3], &all[6], &all[7]]
+    for base in [&all[0], &all[3], &all[6], &all[7], &all[8]]
         .into_iter()
         .chain(holders)
     {

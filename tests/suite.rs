@@ -15,6 +15,7 @@ mod blocking;
 mod clients;
 mod cluster;
 mod commands;
+mod data;
 mod ecosystem;
 mod ephemeral;
 mod extremes;

@@ -321,6 +321,38 @@ fn a_downgrade_loads_no_rdb_file_and_dump_payloads_both_ways() {
     }
 }
 
+/// A lock with public data (`DATA`) is a record the previous release does not know: its
+/// `RESTORE` there is refused and changes nothing, while a lock without data restores.
+#[test]
+fn a_lock_with_data_is_refused_by_the_previous_release_and_nothing_else() {
+    let Some(previous) = previous_module() else {
+        return;
+    };
+    let master = Server::start();
+    let old = start_previous(&previous, Server::builder());
+    let (mut m, mut o) = (master.conn(), old.conn());
+    let reply = ok(
+        &mut m,
+        &rcmd!(
+            "LOCK.ACQUIRE",
+            "with-data",
+            "tok",
+            "PX",
+            TTL,
+            "DATA",
+            "host:1"
+        ),
+    );
+    assert!(parse_grant(&reply).is_some(), "{reply:?}");
+    acquire_with(&mut m, "without", "tok", TTL, &[]);
+    for (key, restores) in [("with-data", false), ("without", true)] {
+        let payload = as_bytes(&ok(&mut m, &rcmd!("DUMP", key)));
+        let r = run(&mut o, &rcmd!("RESTORE", key, TTL, payload.as_slice()));
+        assert_eq!(r.is_ok(), restores, "{key}: {r:?}");
+        assert_eq!(exists(&mut o, key), restores, "{key}");
+    }
+}
+
 /// A module with a data type cannot be unloaded, and a second `MODULE LOAD` of the module fails:
 /// Redis refuses a module name that is already loaded, before the module can log anything.
 #[test]

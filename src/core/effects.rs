@@ -5,7 +5,7 @@
 
 use std::ops::Deref;
 
-use super::args::{given_token, parse_fence_value, parse_limit, unknown};
+use super::args::{given_token, parse_data, parse_fence_value, parse_limit, unknown};
 use super::errors::LockError;
 use super::holders::Kind;
 use super::limits::HOLD_EFFECT_VERSION;
@@ -21,8 +21,8 @@ pub fn hold_token_at(argc: usize) -> usize {
     }
 }
 
-/// The internal effect `LOCK._APPLY key token fence [unix-ms]` that replicas
-/// and the AOF replay to rebuild a grant exactly.
+/// The internal effect `LOCK._APPLY key token fence [unix-ms] [DATA data]`
+/// that replicas and the AOF replay to rebuild a grant exactly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Apply<'a> {
     pub token: &'a [u8],
@@ -30,22 +30,34 @@ pub struct Apply<'a> {
     /// Absolute expiry in Unix milliseconds; `None` when a following
     /// `PEXPIREAT` sets it (AOF rewrite).
     pub expire_at_ms: Option<i64>,
+    /// The hold's public data, if it carries some.
+    pub data: Option<&'a [u8]>,
 }
 
 pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, LockError> {
-    if !(4..=5).contains(&argv.len()) {
+    if !(4..=7).contains(&argv.len()) {
         return Err(LockError::Arity("lock._apply"));
     }
     let token = given_token(&argv[2])?;
     let fence = parse_fence_value(&argv[3])?;
-    let expire_at_ms = match argv.get(4) {
-        Some(v) => Some(parse_i64(v).ok_or(LockError::InvalidTtl)?),
-        None => None,
+    // The lease end comes first when there is one; `DATA data` last.
+    let (expire_at_ms, rest) = match argv.len() {
+        5 | 7 => (
+            Some(parse_i64(&argv[4]).ok_or(LockError::InvalidTtl)?),
+            &argv[5..],
+        ),
+        _ => (None, &argv[4..]),
+    };
+    let data = match rest {
+        [] => None,
+        [name, value] if name.eq_ignore_ascii_case(b"DATA") => Some(parse_data(value)?),
+        [name, ..] => return Err(unknown(name)),
     };
     Ok(Apply {
         token,
         fence,
         expire_at_ms,
+        data,
     })
 }
 
@@ -188,7 +200,8 @@ mod tests {
             Ok(Apply {
                 token: b"t",
                 fence: 7,
-                expire_at_ms: Some(1_700_000_000_000)
+                expire_at_ms: Some(1_700_000_000_000),
+                data: None
             })
         );
         assert_eq!(
@@ -196,9 +209,36 @@ mod tests {
             Ok(Apply {
                 token: b"t",
                 fence: 7,
-                expire_at_ms: None
+                expire_at_ms: None,
+                data: None
             })
         );
+        assert_eq!(
+            parse_apply(&argv("lock._apply k t 7 1700000000000 DATA host:1")),
+            Ok(Apply {
+                token: b"t",
+                fence: 7,
+                expire_at_ms: Some(1_700_000_000_000),
+                data: Some(b"host:1")
+            })
+        );
+        assert_eq!(
+            parse_apply(&argv("lock._apply k t 7 data d")),
+            Ok(Apply {
+                token: b"t",
+                fence: 7,
+                expire_at_ms: None,
+                data: Some(b"d")
+            })
+        );
+        for bad in [
+            "lock._apply k t 7 1700000000000 DATA",
+            "lock._apply k t 7 NOPE x",
+            "lock._apply k t 7 1 NOPE x",
+            "lock._apply k t 7 1 DATA x y",
+        ] {
+            assert!(parse_apply(&argv(bad)).is_err(), "{bad}");
+        }
         assert_eq!(
             parse_apply(&argv("lock._apply k t 0")),
             Err(LockError::InvalidFence)

@@ -8,7 +8,7 @@ use std::fmt;
 // The one part of the core this file uses: the bounds the texts name, from
 // a leaf that uses nothing.
 use crate::core::limits::{
-    HOLD_EFFECT_VERSION, MAX_BLOCK_MS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS,
+    HOLD_EFFECT_VERSION, MAX_BLOCK_MS, MAX_DATA_LEN, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS,
 };
 
 /// A reason to refuse a command. Nothing has been changed when one is returned.
@@ -65,6 +65,10 @@ pub enum LockError {
     /// A lock command on a fence gate, or `LOCK.FENCE` on a lock.
     GateNotLock,
     LockNotGate,
+    /// `DATA` that is empty or longer than the limit.
+    InvalidData,
+    /// `DATA` with `SHARED` or `LIMIT`: kept with an exclusive hold only.
+    DataNotExclusive,
     /// `SHARED` and `LIMIT` in one acquire.
     SharedAndLimit,
     /// A `LIMIT` outside 1..=1,000,000.
@@ -118,6 +122,8 @@ impl fmt::Display for LockError {
             CrossSlot => f.write_str("CROSSSLOT Keys in request don't hash to the same slot as the lock key"),
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
+            InvalidData => write!(f, "ERR invalid DATA: must be 1 to {MAX_DATA_LEN} bytes"),
+            DataNotExclusive => f.write_str("ERR DATA is kept with an exclusive hold only, not with SHARED or LIMIT"),
             SharedAndLimit => f.write_str("ERR syntax error: SHARED and LIMIT are mutually exclusive"),
             InvalidLimit => write!(f, "ERR invalid LIMIT: must be an integer from 1 to {}", MAX_LIMIT),
             KindMismatch { semaphore_limit: None } => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
@@ -155,6 +161,8 @@ mod tests {
             LockError::InternalCommand,
             LockError::SharedAndLimit,
             LockError::InvalidLimit,
+            LockError::InvalidData,
+            LockError::DataNotExclusive,
             LockError::KindMismatch {
                 semaphore_limit: None,
             },

@@ -13,6 +13,9 @@ pub const MAX_BLOCK_MS: u64 = 1_000_000_000_000;
 /// The longest owner token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 512;
 
+/// The most bytes of public data (`DATA`) a hold can carry; at least one.
+pub const MAX_DATA_LEN: usize = 4096;
+
 /// The most places a semaphore (`LIMIT count`) can have.
 pub const MAX_LIMIT: u32 = 1_000_000;
 

@@ -12,7 +12,17 @@ use super::token::{self, MAX_TOKEN_LEN};
 /// fields; version 3 stores the holds as one compact string (see
 /// `holders::Holders::encoded`). Records of versions 1 and 2 read as they
 /// always did; exclusive locks and gates are the same in all three.
+///
+/// An exclusive lock with public data (`DATA`) is stored under the code
+/// [`EXCLUSIVE_WITH_DATA`] in place of its mode, with the data as a field
+/// after the token. It is no new version: a release before it refuses
+/// such a record (an unknown mode), and still reads every other record a
+/// newer one writes, so `DUMP` payloads and replicas work both ways across
+/// an upgrade as long as no hold carries data.
 pub const ENCODING_VERSION: i32 = 3;
+
+/// The record code of an exclusive lock that carries public data.
+pub const EXCLUSIVE_WITH_DATA: u64 = 4;
 
 /// The kind of lock a record describes. Stored in every record so that later
 /// kinds (shared holders, counted semaphores, reentrant holds) can be added
@@ -51,6 +61,7 @@ impl Mode {
 pub struct LockRef<'a> {
     fence: u64,
     token: &'a [u8],
+    data: Option<&'a [u8]>,
 }
 
 /// Why a stored record could not be read back.
@@ -64,7 +75,21 @@ pub enum DecodeError {
 
 impl<'a> LockRef<'a> {
     pub fn new(token: &'a [u8], fence: u64) -> Self {
-        LockRef { fence, token }
+        LockRef {
+            fence,
+            token,
+            data: None,
+        }
+    }
+
+    /// The same hold carrying public `data` (`DATA`), or none.
+    pub fn with_data(self, data: Option<&'a [u8]>) -> Self {
+        LockRef { data, ..self }
+    }
+
+    /// The hold's public data, if it was given some.
+    pub fn data(&self) -> Option<&'a [u8]> {
+        self.data
     }
 
     pub fn fence(&self) -> u64 {
@@ -80,6 +105,7 @@ impl<'a> LockRef<'a> {
         LockRef {
             fence: highest,
             token: &[],
+            data: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! How a lock is laid out in the keyspace: one allocation holding the
 //! fence, the token length and the token, so a lock costs Redis a single
 //! small block next to the key (the memory benchmark compares it with a
-//! `SET NX PX` string).
+//! `SET NX PX` string). A lock with public data has the top bit of its
+//! token length set and the data's length and bytes after the token.
 //!
 //! A key with holders (shared or semaphore) is a [`Holders`] block, which
 //! has a token length no token can have where that header has its token
@@ -13,6 +14,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use super::holders::Holders;
+use super::limits::MAX_DATA_LEN;
 use super::lock::LockRef;
 use super::mark::{MARK_AT, MULTI};
 use super::token::MAX_TOKEN_LEN;
@@ -20,6 +22,10 @@ use super::token::MAX_TOKEN_LEN;
 const FENCE: usize = 8;
 const LEN: usize = 2;
 const HEADER: usize = FENCE + LEN;
+/// Set in the length field of a lock that carries data.
+const WITH_DATA: u16 = 0x8000;
+// No token length has that bit, and no lock's field can read as `MULTI`.
+const _: () = assert!(MAX_TOKEN_LEN < WITH_DATA as usize && MAX_DATA_LEN <= u16::MAX as usize);
 // The length field follows the fence: where `Holders` has its mark.
 const _: () = assert!(MARK_AT == FENCE && LEN == std::mem::size_of_val(&MULTI));
 
@@ -46,10 +52,20 @@ impl Record {
             token.len() <= MAX_TOKEN_LEN,
             "token length checked by the parser"
         );
-        let mut bytes = Vec::with_capacity(HEADER + token.len());
+        let data = lock.data();
+        assert!(
+            data.is_none_or(|d| d.len() <= MAX_DATA_LEN),
+            "data length checked by the parser"
+        );
+        let mut bytes = Vec::with_capacity(single_size(lock));
         bytes.extend_from_slice(&lock.fence().to_le_bytes());
-        bytes.extend_from_slice(&(token.len() as u16).to_le_bytes());
+        let flag = if data.is_some() { WITH_DATA } else { 0 };
+        bytes.extend_from_slice(&(token.len() as u16 | flag).to_le_bytes());
         bytes.extend_from_slice(token);
+        if let Some(data) = data {
+            bytes.extend_from_slice(&(data.len() as u16).to_le_bytes());
+            bytes.extend_from_slice(data);
+        }
         let raw = Box::into_raw(bytes.into_boxed_slice()).cast::<u8>();
         // SAFETY: Box::into_raw never returns null.
         Record {
@@ -75,7 +91,7 @@ impl Record {
     /// Bytes a record occupies, for `MEMORY USAGE`.
     pub fn size_of(stored: Stored<'_>) -> usize {
         match stored {
-            Stored::Single(lock) => HEADER + lock.token().len(),
+            Stored::Single(lock) => single_size(lock),
             Stored::Multi(h) => h.heap_size(),
         }
     }
@@ -149,8 +165,10 @@ impl Drop for Record {
             return;
         }
         // SAFETY: as above; not a record with holders.
-        let len = unsafe { single_len(self.ptr.as_ptr()) };
-        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), HEADER + len);
+        let Stored::Single(lock) = (unsafe { view(self.ptr.as_ptr()) }) else {
+            return;
+        };
+        let slice = std::ptr::slice_from_raw_parts_mut(self.ptr.as_ptr(), single_size(lock));
         // SAFETY: `ptr` and its length are exactly the boxed slice made in `new`.
         drop(unsafe { Box::from_raw(slice) });
     }
@@ -169,13 +187,9 @@ unsafe fn length_field(ptr: *const u8) -> u16 {
     u16::from_le_bytes(field.try_into().unwrap_or_default())
 }
 
-/// The token length of a single record.
-///
-/// # Safety
-/// As for [`length_field`].
-unsafe fn single_len(ptr: *const u8) -> usize {
-    // SAFETY: guaranteed by the caller.
-    usize::from(unsafe { length_field(ptr) })
+/// The bytes of a single record holding `lock`.
+fn single_size(lock: LockRef<'_>) -> usize {
+    HEADER + lock.token().len() + lock.data().map_or(0, |d| LEN + d.len())
 }
 
 /// The holders of a record with holders.
@@ -202,10 +216,25 @@ unsafe fn view<'a>(ptr: *const u8) -> Stored<'a> {
     // SAFETY: a single record starts with a HEADER-byte header.
     let header = unsafe { std::slice::from_raw_parts(ptr, HEADER) };
     let fence = u64::from_le_bytes(header[..FENCE].try_into().unwrap_or_default());
-    let len = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default());
+    let field = u16::from_le_bytes(header[FENCE..].try_into().unwrap_or_default());
+    let len = usize::from(field & !WITH_DATA);
     // SAFETY: a single record's header is followed by `len` token bytes.
-    let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len as usize) };
-    Stored::Single(LockRef::new(token, fence))
+    let token = unsafe { std::slice::from_raw_parts(ptr.add(HEADER), len) };
+    if field & WITH_DATA == 0 {
+        return Stored::Single(LockRef::new(token, fence));
+    }
+    // SAFETY: with the flag, the token is followed by the data's length and
+    // that many bytes (`Record::new`).
+    let data = unsafe {
+        let at = ptr.add(HEADER + len);
+        let data_len = u16::from_le_bytes(
+            std::slice::from_raw_parts(at, LEN)
+                .try_into()
+                .unwrap_or_default(),
+        );
+        std::slice::from_raw_parts(at.add(LEN), usize::from(data_len))
+    };
+    Stored::Single(LockRef::new(token, fence).with_data(Some(data)))
 }
 
 #[cfg(test)]
@@ -230,6 +259,29 @@ mod tests {
             // SAFETY: as above; taking it back frees it once.
             drop(unsafe { Record::from_raw(raw) });
         }
+    }
+
+    #[test]
+    fn data_rides_after_the_token() {
+        for (token, data) in [
+            (&b"t"[..], &b"d"[..]),
+            (&[b'x'; MAX_TOKEN_LEN][..], &[0xffu8; MAX_DATA_LEN][..]),
+        ] {
+            let lock = LockRef::new(token, 9).with_data(Some(data));
+            let record = Record::new(lock);
+            let Stored::Single(seen) = record.view() else {
+                panic!("a single record");
+            };
+            assert_eq!(seen, lock);
+            assert_eq!(
+                Record::size_of(record.view()),
+                HEADER + token.len() + LEN + data.len()
+            );
+            let copy = Record::copy_of(record.view());
+            assert!(matches!(copy.view(), Stored::Single(c) if c == lock));
+        }
+        let plain = Record::new(LockRef::new(b"t", 9));
+        assert!(matches!(plain.view(), Stored::Single(l) if l.data().is_none()));
     }
 
     #[test]

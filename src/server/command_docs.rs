@@ -135,6 +135,15 @@ pub const ACQUIRE: Doc = Doc {
             summary: Some(c"wait up to this many milliseconds (0: no limit; at most 1000000000000) for the lock"),
             ..arg(c"timeout", INTEGER)
         },
+        Arg {
+            token: Some(c"DATA"),
+            optional: true,
+            summary: Some(c"public data kept with an exclusive hold, 1 to 4096 bytes, shown by LOCK.INFO"),
+            ..arg(
+                c"data",
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+            )
+        },
     ],
 };
 

@@ -77,7 +77,7 @@ pub fn acquire(call: &Call) -> Reply {
                     let held_until = held(&key).ok().and_then(|h| h.next_change(&key));
                     drop(key);
                     let timeout = settings::block_timeout(timeout, config::max_block_ms());
-                    let request = waiting::Request::new(token, req.want, ttl_ms, bind_to);
+                    let request = waiting::Request::new(token, req.want, ttl_ms, bind_to, req.data);
                     if waiting::block(ctx, name, request, timeout, held_until) {
                         RedisValue::NoReply
                     } else {
@@ -98,6 +98,7 @@ pub fn acquire(call: &Call) -> Reply {
                 expire_at,
                 now,
                 bind_to,
+                data: req.data,
                 event: c"lock.acquired",
             };
             let fence = locks::carry_out(ctx, name, key, decision, &grant)?;
@@ -189,24 +190,27 @@ pub fn info(call: &Call) -> Reply {
         Held::Exclusive(lock) if gone(lock.token(), lock.fence()) => Ok(RedisValue::Null),
         Held::Exclusive(lock) => {
             let client = ephemeral::client_of(&id, lock.token(), lock.fence()) as i64;
-            let holder = [
+            // Public data is shown to every reader, and only when there is some.
+            let data = || lock.data().map(|d| ("data", Field::Bytes(d)));
+            let mut holder = vec![
                 ("token", Field::Bytes(shown(lock.token()))),
                 ("fence", Field::Int(lock.fence() as i64)),
                 ("ttl", Field::Int(ttl)),
                 ("client", Field::Int(client)),
             ];
-            Ok(reply::fields(
-                ctx,
-                &[
-                    ("token", Field::Bytes(shown(lock.token()))),
-                    ("fence", Field::Int(lock.fence() as i64)),
-                    ("ttl", Field::Int(ttl)),
-                    ("waiters", waiters),
-                    ("mode", Field::Bytes(b"exclusive")),
-                    ("client", Field::Int(client)),
-                    ("holders", Field::Maps(&[&holder])),
-                ],
-            ))
+            holder.extend(data());
+            let mut fields = vec![
+                ("token", Field::Bytes(shown(lock.token()))),
+                ("fence", Field::Int(lock.fence() as i64)),
+                ("ttl", Field::Int(ttl)),
+                ("waiters", waiters),
+                ("mode", Field::Bytes(b"exclusive")),
+                ("client", Field::Int(client)),
+            ];
+            fields.extend(data());
+            let holders: [&[(&str, Field)]; 1] = [&holder];
+            fields.push(("holders", Field::Maps(&holders)));
+            Ok(reply::fields(ctx, &fields))
         }
         Held::Multi(h) => {
             let live: Vec<_> = h
@@ -265,7 +269,7 @@ pub fn apply(call: &Call) -> Reply {
     }
     let req = effects::parse_apply(argv)?;
     let key = LockKey::open(ctx, &call.key(), true);
-    let lock = LockRef::new(req.token, req.fence);
+    let lock = LockRef::new(req.token, req.fence).with_data(req.data);
     lockops::replay_grant(ctx, key, lock, req.expire_at_ms)?;
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -10,7 +10,7 @@ use redis_module::raw;
 use crate::core::fence::{self, FenceClock};
 use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::limits;
-use crate::core::lock::{LockRef, Mode, ENCODING_VERSION};
+use crate::core::lock::{LockRef, Mode, ENCODING_VERSION, EXCLUSIVE_WITH_DATA};
 use crate::core::record::{Record, Stored};
 use crate::core::release;
 use crate::server::{catch_panic, cluster, ffi, locks, state, stats};
@@ -54,15 +54,24 @@ unsafe fn stored<'a>(value: *const c_void) -> Stored<'a> {
 /// A record in RDB (encoding version 3): its mode; then an exclusive lock
 /// or gate as fence and token (as in versions 1 and 2), or holders as limit
 /// (0 for shared), count, and the holds as one string (`Holders::encoded`).
+/// An exclusive lock with public data has the code `EXCLUSIVE_WITH_DATA` in
+/// place of its mode and the data after the token.
 /// Version 2 wrote each hold's fence, lease end and token as fields.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     catch_panic::callback((), || {
         // SAFETY: Redis passes a value of this type.
         match unsafe { stored(value) } {
             Stored::Single(lock) => {
-                raw::save_unsigned(rdb, lock.mode().code());
+                let code = match lock.data() {
+                    Some(_) => EXCLUSIVE_WITH_DATA,
+                    None => lock.mode().code(),
+                };
+                raw::save_unsigned(rdb, code);
                 raw::save_unsigned(rdb, lock.fence());
                 raw::save_slice(rdb, lock.token());
+                if let Some(data) = lock.data() {
+                    raw::save_slice(rdb, data);
+                }
             }
             Stored::Multi(holders) => {
                 let (mode, limit) = match holders.kind() {
@@ -107,6 +116,17 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Opti
     Holders::from_stored(kind, holds, latest_end).ok()
 }
 
+/// Reads an exclusive lock with public data (after its code): fence, token,
+/// data.
+fn load_with_data(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Record> {
+    let fence = raw::load_unsigned(rdb).ok()?;
+    let token = raw::load_string_buffer(rdb).ok()?;
+    let data = raw::load_string_buffer(rdb).ok()?;
+    let data = Some(data.as_ref()).filter(|d| (1..=limits::MAX_DATA_LEN).contains(&d.len()));
+    let lock = LockRef::decode(encver, Mode::Exclusive.code(), fence, token.as_ref()).ok()?;
+    Some(Record::new(lock.with_data(Some(data?))))
+}
+
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     catch_panic::callback(std::ptr::null_mut(), || {
         if !(1..=ENCODING_VERSION).contains(&encver) {
@@ -123,6 +143,9 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         let fields = (|| {
             let mode = raw::load_unsigned(rdb).ok()?;
+            if mode == EXCLUSIVE_WITH_DATA && encver >= 3 {
+                return load_with_data(rdb, encver);
+            }
             match Mode::from_code(mode)? {
                 m @ (Mode::Shared | Mode::Semaphore)
                     if (2..=ENCODING_VERSION).contains(&encver) =>

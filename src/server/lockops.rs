@@ -25,26 +25,53 @@ use crate::server::{state, stats};
 pub type Look = Option<i64>;
 
 /// Grants the free lock `name` (open for writing as `key`) to `token` until
-/// `expire_at`, with a new fence, and propagates it. `event` is the
-/// notification: `lock.acquired` or `lock.handoff`.
+/// `expire_at`, with a new fence and its public `data`, and propagates it.
+/// `event` is the notification: `lock.acquired` or `lock.handoff`.
 pub fn grant(
     ctx: &Context,
     name: &RedisString,
-    mut key: LockKey,
+    key: LockKey,
     token: &[u8],
+    data: Option<&[u8]>,
     expire_at: i64,
     event: &CStr,
 ) -> Result<u64, LockError> {
     let fence =
         state::with_clock(|c| c.next_fence(ffi::now_ms())).ok_or(LockError::FenceExhausted)?;
-    if !key.set_lock(LockRef::new(token, fence)) {
+    let lock = LockRef::new(token, fence).with_data(data);
+    store_grant(ctx, name, key, lock, expire_at)?;
+    ffi::notify(ctx, event, name);
+    Ok(fence)
+}
+
+/// A re-grant that gives the held lock `name` new public data: the whole
+/// grant is written again, its fence kept.
+pub fn regrant_with_data(
+    ctx: &Context,
+    name: &RedisString,
+    key: LockKey,
+    lock: LockRef<'_>,
+    expire_at: i64,
+) -> Result<(), LockError> {
+    store_grant(ctx, name, key, lock, expire_at)?;
+    ffi::notify(ctx, c"lock.extended", name);
+    Ok(())
+}
+
+fn store_grant(
+    ctx: &Context,
+    name: &RedisString,
+    mut key: LockKey,
+    lock: LockRef<'_>,
+    expire_at: i64,
+) -> Result<(), LockError> {
+    if !key.set_lock(lock) {
         return Err(LockError::Internal);
     }
     key.set_expire_at(expire_at);
     drop(key);
-    ffi::replicate_grant(ctx, name, token, fence, expire_at);
-    ffi::notify(ctx, event, name);
-    Ok(fence)
+    ffi::replicate_grant(ctx, name, lock, expire_at);
+    Ok(())
 }
 
 /// Moves the expiry of the held lock `name` (re-grant, extend).

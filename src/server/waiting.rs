@@ -31,15 +31,24 @@ pub struct Request {
     pub want: Want,
     /// With `EPHEMERAL`: the waiting connection, which the grant is bound to.
     pub bind_to: Option<u64>,
+    /// Public data for the hold (`DATA`).
+    pub data: Option<Box<[u8]>>,
 }
 
 impl Request {
-    pub fn new(token: &[u8], want: Want, ttl_ms: u64, bind_to: Option<u64>) -> Request {
+    pub fn new(
+        token: &[u8],
+        want: Want,
+        ttl_ms: u64,
+        bind_to: Option<u64>,
+        data: Option<&[u8]>,
+    ) -> Request {
         Request {
             token: token.to_vec(),
             ttl_ms,
             want,
             bind_to,
+            data: data.map(Box::from),
         }
     }
 }

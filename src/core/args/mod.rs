@@ -9,11 +9,11 @@ use std::ops::Deref;
 
 use super::errors::LockError;
 use super::grant::Want;
-use super::limits::{MAX_BLOCK_MS, MAX_LIMIT, MAX_TTL_MS};
+use super::limits::{MAX_BLOCK_MS, MAX_DATA_LEN, MAX_LIMIT, MAX_TTL_MS};
 use super::numbers::{parse_i64, parse_non_negative};
 use super::token::TokenArg;
 
-/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms]`
+/// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms] [DATA value]`
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Acquire<'a> {
     pub token: TokenArg<'a>,
@@ -24,6 +24,8 @@ pub struct Acquire<'a> {
     pub block_ms: Option<u64>,
     /// The hold is bound to the asking connection.
     pub ephemeral: bool,
+    /// Public data kept with an exclusive hold; `None` keeps a re-grant's.
+    pub data: Option<&'a [u8]>,
 }
 
 /// `LOCK.CALL key token command [arg …]`: the token, and where the command starts.
@@ -62,6 +64,7 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
     let mut block_ms = None;
     let mut ephemeral = false;
     let mut want = None;
+    let mut data = None;
     let mut rest = argv[3..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
         if name.eq_ignore_ascii_case(b"SHARED") || name.eq_ignore_ascii_case(b"LIMIT") {
@@ -88,6 +91,12 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
                 return Err(LockError::RepeatedOption("EPHEMERAL"));
             }
             ephemeral = true;
+        } else if name.eq_ignore_ascii_case(b"DATA") {
+            let value = rest.next().ok_or(LockError::MissingValue("DATA"))?;
+            if data.is_some() {
+                return Err(LockError::RepeatedOption("DATA"));
+            }
+            data = Some(parse_data(value)?);
         } else if name.eq_ignore_ascii_case(b"BLOCK") {
             let value = rest.next().ok_or(LockError::MissingValue("BLOCK"))?;
             if block_ms.is_some() {
@@ -102,13 +111,26 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
             return Err(unknown(name));
         }
     }
+    let want = want.unwrap_or(Want::Exclusive);
+    if data.is_some() && want != Want::Exclusive {
+        return Err(LockError::DataNotExclusive);
+    }
     Ok(Acquire {
         token,
         ttl_ms: ttl.finish()?,
-        want: want.unwrap_or(Want::Exclusive),
+        want,
         block_ms,
         ephemeral,
+        data,
     })
+}
+
+/// A hold's public data: 1 to `MAX_DATA_LEN` bytes, any bytes.
+pub(super) fn parse_data(raw: &[u8]) -> Result<&[u8], LockError> {
+    match raw.len() {
+        1..=MAX_DATA_LEN => Ok(raw),
+        _ => Err(LockError::InvalidData),
+    }
 }
 
 pub(super) fn parse_limit(raw: &[u8]) -> Result<u32, LockError> {

@@ -58,6 +58,7 @@ fn acquire_forms() {
             want: Want::Exclusive,
             block_ms: None,
             ephemeral: false,
+            data: None,
         })
     );
     let a = argv("LOCK.ACQUIRE k * BLOCK 0 Ex 3");
@@ -69,8 +70,52 @@ fn acquire_forms() {
             want: Want::Exclusive,
             block_ms: Some(0),
             ephemeral: false,
+            data: None,
         })
     );
+}
+
+#[test]
+fn data_is_kept_with_exclusive_holds_only() {
+    let a = argv("LOCK.ACQUIRE k t PX 10 DATA host:1 BLOCK 5");
+    let parsed = parse_acquire(&a).unwrap();
+    assert_eq!(parsed.data, Some(&b"host:1"[..]));
+    assert_eq!(parsed.block_ms, Some(5));
+    let a = argv("LOCK.ACQUIRE k t PX 10 data x");
+    assert_eq!(parse_acquire(&a).unwrap().data, Some(&b"x"[..]));
+    for (line, err) in [
+        (
+            "LOCK.ACQUIRE k t PX 10 DATA",
+            LockError::MissingValue("DATA"),
+        ),
+        (
+            "LOCK.ACQUIRE k t PX 10 DATA a DATA b",
+            LockError::RepeatedOption("DATA"),
+        ),
+        (
+            "LOCK.ACQUIRE k t PX 10 SHARED DATA a",
+            LockError::DataNotExclusive,
+        ),
+        (
+            "LOCK.ACQUIRE k t PX 10 DATA a LIMIT 2",
+            LockError::DataNotExclusive,
+        ),
+    ] {
+        assert_eq!(parse_acquire(&argv(line)), Err(err), "{line}");
+    }
+    let mut a = argv("LOCK.ACQUIRE k t PX 10 DATA x");
+    for (len, ok) in [
+        (0, false),
+        (1, true),
+        (MAX_DATA_LEN, true),
+        (MAX_DATA_LEN + 1, false),
+    ] {
+        a[6] = vec![0xffu8; len];
+        assert_eq!(parse_acquire(&a).is_ok(), ok, "{len} bytes");
+        if !ok {
+            assert_eq!(parse_acquire(&a), Err(LockError::InvalidData));
+        }
+    }
 }
 
 #[test]

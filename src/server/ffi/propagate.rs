@@ -52,8 +52,10 @@ pub fn send_held_back(ctx: &Context) {
     }
 }
 
-/// Propagates a grant to replicas and the AOF as its exact effect.
-pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u64, expire_at: i64) {
+/// Propagates a grant to replicas and the AOF as its exact effect:
+/// `LOCK._APPLY key token fence unix-ms [DATA data]`.
+pub fn replicate_grant(ctx: &Context, key: &RedisString, lock: LockRef<'_>, expire_at: i64) {
+    let (token, fence) = (lock.token(), lock.fence());
     let replaces = HELD_BACK_DEL.with(|d| {
         let mut d = d.borrow_mut();
         let same = d.as_deref() == Some(key.as_slice());
@@ -70,13 +72,32 @@ pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u6
     let (mut fence_buf, mut at_buf) = ([0u8; 20], [0u8; 20]);
     let fence = numbers::decimal(fence, &mut fence_buf);
     let at = numbers::decimal(expire_at.max(0) as u64, &mut at_buf);
-    // SAFETY: the format "sbbb" matches the arguments: a Redis string, then
-    // three buffers each with its length.
+    let Some(data) = lock.data() else {
+        // SAFETY: the format "sbbb" matches the arguments: a Redis string,
+        // then three buffers each with its length.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.ctx,
+                APPLY.as_ptr(),
+                c"sbbb".as_ptr(),
+                key.inner,
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+                at.as_ptr().cast::<c_char>(),
+                at.len(),
+            )
+        };
+        return;
+    };
+    // SAFETY: the format "sbbbcb" matches the arguments: a Redis string,
+    // three buffers each with its length, a C string, a buffer and length.
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,
             APPLY.as_ptr(),
-            c"sbbb".as_ptr(),
+            c"sbbbcb".as_ptr(),
             key.inner,
             token.as_ptr().cast::<c_char>(),
             token.len(),
@@ -84,6 +105,9 @@ pub fn replicate_grant(ctx: &Context, key: &RedisString, token: &[u8], fence: u6
             fence.len(),
             at.as_ptr().cast::<c_char>(),
             at.len(),
+            c"DATA".as_ptr(),
+            data.as_ptr().cast::<c_char>(),
+            data.len(),
         )
     };
 }
@@ -127,17 +151,36 @@ pub fn emit_aof_grant(
     lock: LockRef<'_>,
 ) {
     let token = lock.token();
-    // SAFETY: `aof` and `key` come from Redis's rewrite callback; the format
-    // "sbl" matches a Redis string, a buffer with its length and a long long.
+    let Some(data) = lock.data() else {
+        // SAFETY: `aof` and `key` come from Redis's rewrite callback; the
+        // format "sbl" matches a Redis string, a buffer with its length and
+        // a long long.
+        unsafe {
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                APPLY.as_ptr(),
+                c"sbl".as_ptr(),
+                key,
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                lock.fence() as i64,
+            )
+        };
+        return;
+    };
+    // SAFETY: as above; "sblcb" adds a C string and a buffer with its length.
     unsafe {
         raw::RedisModule_EmitAOF.unwrap()(
             aof,
             APPLY.as_ptr(),
-            c"sbl".as_ptr(),
+            c"sblcb".as_ptr(),
             key,
             token.as_ptr().cast::<c_char>(),
             token.len(),
             lock.fence() as i64,
+            c"DATA".as_ptr(),
+            data.as_ptr().cast::<c_char>(),
+            data.len(),
         )
     };
 }
@@ -151,6 +194,11 @@ pub fn digest_lock(md: *mut raw::RedisModuleDigest, lock: LockRef<'_>) {
         raw::RedisModule_DigestAddStringBuffer.unwrap()(md, token.as_ptr().cast(), token.len());
         raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.fence() as i64);
         raw::RedisModule_DigestAddLongLong.unwrap()(md, lock.mode().code() as i64);
+        // Only a lock with data adds it: digests of the others stay as
+        // earlier releases made them.
+        if let Some(data) = lock.data() {
+            raw::RedisModule_DigestAddStringBuffer.unwrap()(md, data.as_ptr().cast(), data.len());
+        }
         raw::RedisModule_DigestEndSequence.unwrap()(md);
     }
 }

@@ -30,6 +30,7 @@ use crate::core::effects::HoldEffect;
 use crate::core::errors::LockError;
 use crate::core::grant::{Decision, Want};
 use crate::core::holders::Holders;
+use crate::core::lock::LockRef;
 use crate::core::record::Stored;
 use crate::server::ffi::{self, LockId, LockKey};
 use crate::server::held::held;
@@ -60,6 +61,9 @@ pub struct Grant<'a> {
     pub now: i64,
     /// With `EPHEMERAL`: the connection the hold is bound to.
     pub bind_to: Option<u64>,
+    /// Public data kept with an exclusive hold (`DATA`); a re-grant
+    /// without it keeps the hold's.
+    pub data: Option<&'a [u8]>,
     /// The notification of a new grant: `lock.acquired` or `lock.handoff`.
     pub event: &'a CStr,
 }
@@ -87,9 +91,15 @@ pub fn carry_out(
             let fence = held(&key)?
                 .fence_of(token, grant.now)
                 .ok_or(LockError::Internal)?;
-            let look = match grant.want {
-                Want::Exclusive => {
+            let look = match (grant.want, grant.data) {
+                (Want::Exclusive, None) => {
                     lockops::set_expiry(ctx, name, key, expire_at);
+                    watch_expiry(ctx, name, expire_at);
+                    None
+                }
+                (Want::Exclusive, Some(data)) => {
+                    let lock = LockRef::new(token, fence).with_data(Some(data));
+                    lockops::regrant_with_data(ctx, name, key, lock, expire_at)?;
                     watch_expiry(ctx, name, expire_at);
                     None
                 }
@@ -99,7 +109,8 @@ pub fn carry_out(
         }
         Decision::Grant => match grant.want.creates() {
             None => {
-                let fence = lockops::grant(ctx, name, key, token, expire_at, grant.event)?;
+                let fence =
+                    lockops::grant(ctx, name, key, token, grant.data, expire_at, grant.event)?;
                 (fence, None)
             }
             Some(kind) => {

@@ -102,6 +102,7 @@ fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedId, decision: Dec
         expire_at,
         now: ffi::now_ms(),
         bind_to: request.bind_to,
+        data: request.data.as_deref(),
         event: c"lock.handoff",
     };
     // Exhausted fences: nobody can be granted; waiters time out.

@@ -1,0 +1,226 @@
+//! Public data kept with an exclusive hold (SPEC "Election and observation": `LOCK.ACQUIRE …
+//! DATA value`): shown by `LOCK.INFO`, replaced by a re-grant that gives some and kept by one
+//! that does not, handed over with a waiter's grant, and carried exactly through every path a
+//! lock takes: replicas, DEBUG RELOAD, RDB and AOF restarts (with and without the RDB preamble,
+//! rewritten or appended), DUMP/RESTORE, COPY; counted in MEMORY USAGE and in digests.
+
+use crate::common::*;
+use redis::{Connection, Value};
+
+/// The `data` field of a LOCK.INFO reply (top level, and the exclusive holder's), if shown.
+fn data_of(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let reply = ok(con, &rcmd!("LOCK.INFO", key));
+    let pairs = field_pairs(&reply);
+    let get = |pairs: &[(Vec<u8>, Value)], name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.clone())
+    };
+    let top = get(&pairs, "data").map(|v| as_bytes(&v));
+    let holders = match get(&pairs, "holders") {
+        Some(Value::Array(h)) => h,
+        other => panic!("holders of {key}: {other:?}"),
+    };
+    assert_eq!(holders.len(), 1, "{reply:?}");
+    let holder = get(&field_pairs(&holders[0]), "data").map(|v| as_bytes(&v));
+    assert_eq!(
+        top, holder,
+        "the holder's data and the top level's differ: {reply:?}"
+    );
+    top
+}
+
+fn acquire_data(con: &mut Connection, key: &str, token: &str, data: &[u8]) -> i64 {
+    let reply = ok(
+        con,
+        &rcmd!("LOCK.ACQUIRE", key, token, "PX", 60_000, "DATA", data),
+    );
+    parse_grant(&reply)
+        .unwrap_or_else(|| panic!("{key}: {reply:?}"))
+        .1
+}
+
+/// Locks with and without data, binary data at its longest, a handed-over one.
+fn populate(con: &mut Connection) -> Vec<(&'static str, Option<Vec<u8>>)> {
+    let long: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 256) as u8).collect();
+    acquire_data(con, "d:plain", "t1", b"10.0.0.1:8080");
+    acquire_data(con, "d:long", "t2", &long);
+    acquire_data(con, "d:binary", "t3", b"\x00\r\n\xff");
+    grant(con, "d:none", b"t4", 60_000);
+    vec![
+        ("d:plain", Some(b"10.0.0.1:8080".to_vec())),
+        ("d:long", Some(long)),
+        ("d:binary", Some(b"\x00\r\n\xff".to_vec())),
+        ("d:none", None),
+    ]
+}
+
+fn assert_data(con: &mut Connection, expected: &[(&str, Option<Vec<u8>>)], when: &str) {
+    for (key, data) in expected {
+        assert_eq!(&data_of(con, key), data, "{key} {when}");
+    }
+}
+
+#[test]
+fn data_is_shown_replaced_by_a_regrant_and_bounded() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let fence = acquire_data(&mut c, "k", "tok", b"host-a");
+    assert_eq!(data_of(&mut c, "k"), Some(b"host-a".to_vec()));
+    // A re-grant without DATA keeps it; with DATA replaces it; the fence stays.
+    assert_eq!(grant(&mut c, "k", b"tok", 60_000).1, fence);
+    assert_eq!(data_of(&mut c, "k"), Some(b"host-a".to_vec()));
+    assert_eq!(acquire_data(&mut c, "k", "tok", b"host-b"), fence);
+    assert_eq!(data_of(&mut c, "k"), Some(b"host-b".to_vec()));
+    // Another token is refused and changes nothing.
+    let refused = ok(
+        &mut c,
+        &rcmd!("LOCK.ACQUIRE", "k", "other", "PX", 1000, "DATA", "x"),
+    );
+    assert_eq!(refused, Value::Nil);
+    assert_eq!(data_of(&mut c, "k"), Some(b"host-b".to_vec()));
+    // Extend keeps it.
+    assert_eq!(extend_px(&mut c, "k", b"tok", 90_000), 1);
+    assert_eq!(data_of(&mut c, "k"), Some(b"host-b".to_vec()));
+    // Released and granted again without data: none shown.
+    assert_eq!(release(&mut c, "k", b"tok"), 1);
+    grant(&mut c, "k", b"tok2", 60_000);
+    assert_eq!(data_of(&mut c, "k"), None);
+
+    for (args, wanted) in [
+        (
+            vec!["DATA", ""],
+            "ERR invalid DATA: must be 1 to 4096 bytes",
+        ),
+        (vec!["DATA"], "DATA"),
+        (vec!["DATA", "a", "DATA", "b"], "more than once"),
+        (vec!["SHARED", "DATA", "a"], "exclusive hold only"),
+        (vec!["LIMIT", "3", "DATA", "a"], "exclusive hold only"),
+    ] {
+        let mut cmd = rcmd!("LOCK.ACQUIRE", "fresh", "t", "PX", 1000);
+        for a in &args {
+            cmd.arg(*a);
+        }
+        let e = err(&mut c, &cmd);
+        assert!(e.contains(wanted), "{args:?}: {e}");
+        assert!(!exists(&mut c, "fresh"), "{args:?} changed the key");
+    }
+    let too_long = vec![b'x'; 4097];
+    let e = err(
+        &mut c,
+        &rcmd!(
+            "LOCK.ACQUIRE",
+            "fresh",
+            "t",
+            "PX",
+            1000,
+            "DATA",
+            too_long.as_slice()
+        ),
+    );
+    assert!(e.starts_with("ERR invalid DATA"), "{e}");
+    assert!(!exists(&mut c, "fresh"));
+
+    // RESP3 shows it as a bulk string in the map.
+    let mut r3 = s.conn_resp3();
+    acquire_data(&mut r3, "k3", "tok", b"v");
+    assert_eq!(data_of(&mut r3, "k3"), Some(b"v".to_vec()));
+}
+
+#[test]
+fn a_waiter_is_handed_the_lock_with_its_own_data() {
+    let master = Server::start();
+    let replica = Server::start_replica_of(&master);
+    let mut m = master.conn();
+    acquire_data(&mut m, "w", "first", b"leader-1");
+    let waiter = spawn_waiter_with(
+        &master,
+        "w",
+        "second",
+        60_000,
+        10_000,
+        &["DATA", "leader-2"],
+    );
+    wait_waiters(&mut m, "w", 1);
+    assert_eq!(release(&mut m, "w", b"first"), 1);
+    let (token, _) = waiter.recv().granted();
+    assert_eq!(token, b"second");
+    assert_eq!(data_of(&mut m, "w"), Some(b"leader-2".to_vec()));
+    // A waiter without DATA gets a lock without data.
+    let plain = spawn_waiter(&master, "w", "third", 60_000, 10_000);
+    wait_waiters(&mut m, "w", 1);
+    assert_eq!(release(&mut m, "w", b"second"), 1);
+    plain.recv().granted();
+    assert_eq!(data_of(&mut m, "w"), None);
+    wait_replica_caught_up(&master, &replica);
+    assert_eq!(data_of(&mut replica.conn(), "w"), None);
+    let digest = |s: &Server| ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST"));
+    assert_eq!(digest(&master), digest(&replica));
+}
+
+#[test]
+fn data_survives_replicas_reloads_restarts_and_restores() {
+    for preamble in ["no", "yes"] {
+        let mut s = Server::builder()
+            .set("appendonly", "yes")
+            .set("aof-use-rdb-preamble", preamble)
+            .start();
+        let replica = Server::start_replica_of(&s);
+        let mut c = s.conn();
+        let expected = populate(&mut c);
+        wait_replica_caught_up(&s, &replica);
+        assert_data(&mut replica.conn(), &expected, "on the replica");
+        let digest = |s: &Server| ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST"));
+        assert_eq!(digest(&s), digest(&replica), "digests, preamble {preamble}");
+        drop(replica);
+
+        // Data counts in MEMORY USAGE and in the key's digest.
+        let usage = |c: &mut Connection, k: &str| as_int(&ok(c, &rcmd!("MEMORY", "USAGE", k)));
+        assert!(usage(&mut c, "d:long") >= usage(&mut c, "d:none") + 4096);
+        // The same token and fence with other data: another digest.
+        let value_digest = |c: &mut Connection| ok(c, &rcmd!("DEBUG", "DIGEST-VALUE", "d:plain"));
+        let before = value_digest(&mut c);
+        acquire_data(&mut c, "d:plain", "t1", b"elsewhere");
+        assert_ne!(value_digest(&mut c), before, "data is not in the digest");
+        acquire_data(&mut c, "d:plain", "t1", b"10.0.0.1:8080");
+        assert_eq!(value_digest(&mut c), before);
+
+        ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
+        assert_data(&mut c, &expected, "after DEBUG RELOAD");
+        // The AOF as appended, then rewritten with more appended, each read back after kill -9.
+        s.kill9_and_restart();
+        let mut c = s.conn();
+        assert_data(
+            &mut c,
+            &expected,
+            &format!("after kill -9, AOF appended, preamble {preamble}"),
+        );
+        ok(&mut c, &rcmd!("BGREWRITEAOF"));
+        s.wait_aof_rewrite_done();
+        acquire_data(&mut c, "d:after", "t5", b"appended");
+        s.kill9_and_restart();
+        let mut c = s.conn();
+        let mut all = expected.clone();
+        all.push(("d:after", Some(b"appended".to_vec())));
+        assert_data(
+            &mut c,
+            &all,
+            &format!("after a rewrite, preamble {preamble}"),
+        );
+        s.restart(Stop::Save);
+        let mut c = s.conn();
+        assert_data(&mut c, &all, "after a restart");
+
+        // DUMP/RESTORE and COPY carry it.
+        for (key, data) in &expected {
+            let payload = as_bytes(&ok(&mut c, &rcmd!("DUMP", key)));
+            let copy = format!("{key}:restored");
+            ok(&mut c, &rcmd!("RESTORE", &copy, 60_000, payload.as_slice()));
+            assert_eq!(&data_of(&mut c, &copy), data, "{copy}");
+            let copied = format!("{key}:copied");
+            ok(&mut c, &rcmd!("COPY", key, &copied));
+            assert_eq!(&data_of(&mut c, &copied), data, "{copied}");
+        }
+    }
+}
