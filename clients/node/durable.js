@@ -144,4 +144,35 @@ function shortfall(d, a, name, what, released = false) {
   });
 }
 
-module.exports = { DEFAULT_TIMEOUT_MS, durability, usesAof, follow, wanted, acks, probe, refused, shortfall };
+/**
+ * Before the first grant that asks for WAITAOF: the server must have it (and appendonly on, for
+ * `aofLocal`), else UnsupportedError and nothing is taken. `send(args)` sends on the locker;
+ * `checked` (a Set) remembers the kinds checked (with numlocal or without).
+ */
+async function check(d, name, checked, send) {
+  const kind = d.aofLocal ? "local" : usesAof(d) ? "replicas" : null;
+  if (kind === null || checked.has(kind)) return;
+  try {
+    await send(probe(d));
+  } catch (err) {
+    throw refused(err, name) || err;
+  }
+  checked.add(kind);
+}
+
+/**
+ * A grant's acknowledgements (`reply`: { reply, results }): enough, or the grant is released
+ * (`release()`, its failure ignored: the hold then ends with its lease) and NotReplicatedError
+ * (UnsupportedError where the server refused WAITAOF) thrown.
+ */
+async function confirm(d, name, reply, release) {
+  const a = acks(d, reply);
+  if (a.ok) return;
+  const released = await release().then(
+    () => true,
+    () => false,
+  );
+  throw shortfall(d, a, name, "grant", released);
+}
+
+module.exports = { DEFAULT_TIMEOUT_MS, durability, usesAof, follow, wanted, acks, probe, refused, shortfall, check, confirm };

@@ -1061,7 +1061,7 @@ class Locker {
       throw new (typeof wait === "number" ? RangeError : TypeError)(`wait must be a number of milliseconds, not ${shown(wait)}`);
     }
     const d = durable.durability(opts);
-    if (d && durable.usesAof(d)) await this.checkAof(d, name);
+    if (d) await durable.check(d, name, this.aofChecked, (args) => this.send(args, name, COMMAND_TIMEOUT_MS, "check"));
     // With `replicas`/`aof*`: WAIT/WAITAOF after the grant, on the connection that received it.
     const follow = d && durable.follow(d, ttlMs);
     const unwrap = (r) => (follow && r ? r.reply : r);
@@ -1078,7 +1078,7 @@ class Locker {
     }
     let grant = parseGrant(unwrap(reply), name);
     if (!grant) return null;
-    if (d) await this.confirm(d, name, grant.token, reply);
+    if (d) await durable.confirm(d, name, reply, () => this.send(["LOCK.RELEASE", name, grant.token], name, Math.max(d.timeoutMs, 1000), "release"));
     if (wait !== 0 && now() - sent > ttlMs / 10) {
       // Granted after a wait: the lease began at the grant, some time after the request was
       // sent; renew now so that the lease clock counts from a known moment.
@@ -1090,32 +1090,6 @@ class Locker {
       } else if (renewal !== null) return null; // gone already: a lease shorter than the round trip
     }
     return new Hold(this, name, grant.token, grant.fence, ttlMs, sent, opts.onLost, d);
-  }
-
-  /**
-   * Before the first grant that asks for WAITAOF: the server must have it (and appendonly on, for
-   * `aofLocal`), else UnsupportedError and nothing is taken. Checked once per locker and kind.
-   */
-  async checkAof(d, name) {
-    const kind = d.aofLocal ? "local" : "replicas";
-    if (this.aofChecked.has(kind)) return;
-    try {
-      await this.send(durable.probe(d), name, COMMAND_TIMEOUT_MS, "check");
-    } catch (err) {
-      throw durable.refused(err, name) || translate(err, name, "acquire");
-    }
-    this.aofChecked.add(kind);
-  }
-
-  /** A grant's acknowledgements: enough, or the grant is released and NotReplicatedError thrown. */
-  async confirm(d, name, token, reply) {
-    const acks = durable.acks(d, reply);
-    if (acks.ok) return;
-    const released = await this.send(["LOCK.RELEASE", name, token], name, Math.max(d.timeoutMs, 1000), "release").then(
-      () => true,
-      () => false, // not answered: the hold ends with its lease
-    );
-    throw durable.shortfall(d, acks, name, "grant", released);
   }
 
   // A wait in the server, on a connection of its own (never the one other commands go through).
