@@ -86,7 +86,11 @@ struct Options {
     want: Option<Want>,
     block: Option<u64>,
     ephemeral: bool,
+    data: Option<Vec<u8>>,
 }
+
+/// The most bytes of `DATA`.
+const MAX_DATA: usize = 4096;
 
 /// The options after the token, if valid: each at most once, `SHARED` and `LIMIT` not
 /// together, a TTL required.
@@ -124,11 +128,21 @@ fn model_options(opts: &[&[u8]], acquire: bool) -> Option<Options> {
                 return None;
             }
             o.block = Some(non_negative(value).filter(|&b| b <= MAX_BLOCK_MS)?);
+        } else if is(name, "DATA") {
+            let value = rest.next()?;
+            if o.data.is_some() || !(1..=MAX_DATA).contains(&value.len()) {
+                return None;
+            }
+            o.data = Some(value.to_vec());
         } else {
             return None;
         }
     }
     o.ttl?;
+    // Public data is kept with an exclusive hold only.
+    if o.data.is_some() && o.want.is_some() {
+        return None;
+    }
     Some(o)
 }
 
@@ -183,6 +197,7 @@ fn check_acquire(argv: &[&[u8]]) {
             && Some(a.ttl_ms) == o.ttl
             && a.want == o.want.unwrap_or(Want::Exclusive)
             && (a.block_ms, a.ephemeral) == (o.block, o.ephemeral)
+            && a.data == o.data.as_deref()
     });
 }
 
@@ -219,17 +234,29 @@ fn check_fence(argv: &[&[u8]]) {
     });
 }
 
+/// `LOCK._APPLY key token fence [unix-ms] [DATA data]`.
 fn check_apply(argv: &[&[u8]]) {
-    let want = if !(4..=5).contains(&argv.len()) || !token_ok(argv[2]) {
+    let want = if !(4..=7).contains(&argv.len()) || !token_ok(argv[2]) {
         None
     } else {
-        fence_value(argv[3]).and_then(|fence| match argv.get(4) {
-            None => Some((fence, None)),
-            Some(v) => strict_i64(v).map(|at| (fence, Some(at))),
-        })
+        let (at, rest) = match argv.len() {
+            5 | 7 => (strict_i64(argv[4]).map(Some), &argv[5..]),
+            _ => (Some(None), &argv[4..]),
+        };
+        let data = match rest {
+            [] => Some(None),
+            [name, value] if is(name, "DATA") && (1..=MAX_DATA).contains(&value.len()) => {
+                Some(Some(*value))
+            }
+            _ => None,
+        };
+        fence_value(argv[3])
+            .zip(at)
+            .zip(data)
+            .map(|((f, a), d)| (f, a, d))
     };
-    agree(argv, parse_apply(argv), want, |a, &(fence, at)| {
-        (a.token, a.fence, a.expire_at_ms) == (argv[2], fence, at)
+    agree(argv, parse_apply(argv), want, |a, &(fence, at, data)| {
+        (a.token, a.fence, a.expire_at_ms, a.data) == (argv[2], fence, at, data)
     });
 }
 

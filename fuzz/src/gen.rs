@@ -216,6 +216,7 @@ const OPTIONS: &[&str] = &[
     "SHARED",
     "LIMIT",
     "EPHEMERAL",
+    "DATA",
     "ex",
     "px",
     "block",
@@ -325,13 +326,25 @@ fn build(r: &mut Rng, cmd: Command, key: &[u8], token: &[u8], wild: bool) -> Vec
             argv.push(token.to_vec());
             let mut opts = vec![ttl(r, wild)];
             if cmd == Command::Acquire {
-                match r.below(4) {
+                let kind = r.below(4);
+                match kind {
                     0 => opts.push(vec![cased(r, "SHARED")]),
                     1 => opts.push(vec![cased(r, "LIMIT"), value(r, wild, 1, 3)]),
                     _ => {}
                 }
                 if r.chance(10) {
                     opts.push(vec![cased(r, "EPHEMERAL")]);
+                }
+                // Public data goes with exclusive holds (with the others only when wild).
+                if r.chance(10) && (wild || kind >= 2) {
+                    // Public data: at its bounds when wild (empty, the longest, one byte over).
+                    let len = match (wild, r.below(4)) {
+                        (true, 0) => 0,
+                        (true, 1) => 4096,
+                        (true, 2) => 4097,
+                        _ => r.between(1, 24) as usize,
+                    };
+                    opts.push(vec![cased(r, "DATA"), vec![b'd'; len]]);
                 }
                 if r.chance(if wild { 50 } else { 20 }) {
                     let block = if wild {
