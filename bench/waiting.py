@@ -18,16 +18,30 @@ Scenarios, each on every server of the matrix:
            pushed), every reply read, the holds or the list deleted and the
            connections closed; the figure is used_memory 2 s later against
            before the connections were opened.
-A third side, for the memory figures only, is a minimal module
-(bench/floor/blockfloor.c, built here with cc) whose command only blocks
-the client with RedisModule_BlockClient and is unblocked all at once: what
-the server spends per module waiter whatever the module does.
-Ratio = module / native (lower is better). Servers pinned to CPU 0 and the
-clients to CPU 1 when run.sh passes the CPUs.
+  pool     The burst again with more waiters (10k, 20k and 50k, as far as
+           the limit on open files allows), the module against the module
+           that only blocks (below), once per size: how what the server
+           keeps grows, and the module's share of it.
+  disconnect, storm
+           Worst PING from another connection while N waiters' connections
+           close at once, and while many leases end together, some with a
+           waiter, against BLPOP waiters and plain keys (bench/waitstalls.py),
+           STALL_REPS runs per side on fresh servers: median and max.
+Floors, minimal modules built here with cc (bench/floor/): for the hot lock,
+lockfloor.c, the least a FIFO lock in a module can be (FLOOR.ACQUIRE /
+FLOOR.RELEASE: the owner in a module-type value with a lease, waiters
+blocked with RedisModule_BlockClient and handed the lock by the release,
+the grant replicated with RedisModule_Replicate) — what the module API costs
+a blocking handoff; for memory, blockfloor.c, whose command only blocks the
+client and is unblocked all at once — what the server spends per module
+waiter whatever the module does.
+Ratio = module / native or module / floor (lower is better). Servers pinned
+to CPU 0 and the clients to CPU 1 when run.sh passes the CPUs.
 
 Usage: waiting.py --server BIN [--server BIN ...] --module libredislock.so
        [--out bench/waiting.md] [--server-cpus 0] [--client-cpus 1]
-Knobs: BENCH_WAITING_REPS (runs per side, default 3), BENCH_SCALE.
+Knobs: BENCH_WAITING_REPS (runs per side, default 3), BENCH_WAITING_STALL_REPS
+(default 5), BENCH_SCALE.
 Loopback only; every server is started and stopped here.
 """
 
@@ -46,13 +60,29 @@ sys.path.insert(0, HERE)
 from native import Server, ServerBench  # noqa: E402
 from resp import Redis, encode  # noqa: E402
 from stalls import wait_for  # noqa: E402
+from waitstalls import disconnect_run, storm_run  # noqa: E402
 
 REPS = max(1, int(os.environ.get("BENCH_WAITING_REPS", "3")))
+STALL_REPS = max(1, int(os.environ.get("BENCH_WAITING_STALL_REPS", "5")))
 SCALE = float(os.environ.get("BENCH_SCALE", "1"))
 RUN_S = max(0.5, 3.0 * SCALE)
 WORKERS = 8
 WAITERS = max(100, int(5000 * SCALE))
 HOT_KEY = "hot"
+# Pool scaling: the burst with this many waiters, as far as the limit on
+# open files allows (the server needs one per client, and this driver too).
+POOL_WANTED = [max(1000, int(n * SCALE)) for n in (10_000, 20_000, 50_000)]
+FD_HARD = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+FD_SPARE = 600
+POOL_MAX = FD_HARD - FD_SPARE if FD_HARD != resource.RLIM_INFINITY else POOL_WANTED[-1]
+POOL_SIZES = sorted({min(n, POOL_MAX) for n in POOL_WANTED})
+MAXCLIENTS = max([WAITERS] + POOL_SIZES) + 100
+# Stalls: waiters whose connections close at once; leases that end together.
+DISCONNECT_WAITERS = max(100, int(5000 * SCALE))
+STORM_KEYS = max(10_000, int(200_000 * SCALE))
+STORM_WAITERS = max(500, int(10_000 * SCALE))
+STORM_LEAD_MS = max(3000, int(8000 * SCALE))
+STALL_MARGIN_MS = 15.0
 
 
 def _pin(cpus):
@@ -70,12 +100,16 @@ def _hot_worker(side, idx, port, start_at, end_at, cpus, out):
         while time.monotonic() < start_at:
             time.sleep(0.0005)
         while time.monotonic() < end_at:
-            if side == "module":
-                rep = r.call("LOCK.ACQUIRE", HOT_KEY, token, "PX", 10000, "BLOCK", 5000)
+            if side in ("module", "floor"):
+                if side == "module":
+                    rep = r.call("LOCK.ACQUIRE", HOT_KEY, token, "PX", 10000, "BLOCK", 5000)
+                else:
+                    # No deadline: the least (the lease of 10 s ends a wait that goes wrong).
+                    rep = r.call("FLOOR.ACQUIRE", HOT_KEY, token, 0)
                 if rep is None:
                     errors.append("timed out")
                     continue
-                ok = r.call("LOCK.RELEASE", HOT_KEY, token)
+                ok = r.call("LOCK.RELEASE" if side == "module" else "FLOOR.RELEASE", HOT_KEY, token)
                 if ok != 1:
                     errors.append("release replied %r" % (ok,))
             else:
@@ -157,17 +191,17 @@ def read_reply(sock_file):
         raise ConnectionError("connection closed")
 
 
-def memory_run(server, side):
+def memory_run(server, side, waiters=WAITERS):
     """(bytes per blocked waiter, bytes still allocated 2 s after the burst)."""
     c = server.c
     c.call("DEL", "wm")
     before = settle_memory(c)
     socks = []
     try:
-        for _ in range(WAITERS):
+        for _ in range(waiters):
             s = socket.create_connection(("127.0.0.1", server.port))
             socks.append((s, s.makefile("rb")))
-        wait_for("the connections", lambda: int(c.info("clients")["connected_clients"]) > WAITERS)
+        wait_for("the connections", lambda: int(c.info("clients")["connected_clients"]) > waiters)
         if side == "module":
             c.call("LOCK.ACQUIRE", "wm", "holder", "PX", 600000)
         base = settle_memory(c)
@@ -178,15 +212,15 @@ def memory_run(server, side):
                 s.sendall(encode(["FLOOR.WAIT"]))
             else:
                 s.sendall(encode(["BLPOP", "wm", 0]))
-        wait_for("the waiters", lambda: blocked_clients(c) >= WAITERS)
+        wait_for("the waiters", lambda: blocked_clients(c) >= waiters)
         blocked = settle_memory(c)
         if side == "module":
             c.call("LOCK.RELEASE", "wm", "holder")
         elif side == "floor":
             c.call("FLOOR.SERVE")
         else:
-            for i in range(0, WAITERS, 1000):
-                c.call("RPUSH", "wm", *range(i, min(i + 1000, WAITERS)))
+            for i in range(0, waiters, 1000):
+                c.call("RPUSH", "wm", *range(i, min(i + 1000, waiters)))
         for _, f in socks:
             read_reply(f)
         c.call("DEL", "wm")
@@ -198,7 +232,7 @@ def memory_run(server, side):
     # left 2 s later is what serving them kept.
     wait_for("the connections to close", lambda: int(c.info("clients")["connected_clients"]) <= 2)
     time.sleep(2.0)
-    return (blocked - base) / WAITERS, used_memory(c) - before
+    return (blocked - base) / waiters, used_memory(c) - before
 
 
 def ratio(mod, nat):
@@ -220,59 +254,116 @@ def build_floor(work, name="blockfloor"):
     return out
 
 
-def bench_server(binary, module, floor, work, server_cpus, client_cpus):
+def alternate(rep, sides):
+    return sides if rep % 2 == 0 else sides[::-1]
+
+
+def bench_server(binary, module, floors, work, server_cpus, client_cpus):
     version = ServerBench.short_name(os.popen("%s --version" % binary).read().strip())
-    rows = []
-    hot = {"module": [], "native": []}
+    extra = ["--maxclients", str(MAXCLIENTS)]
+    for floor in floors:
+        extra += ["--loadmodule", floor]
+
+    def on_fresh_server(fn):
+        s = Server(binary, module, work, "waiting", server_cpus, extra)
+        try:
+            return fn(s)
+        finally:
+            s.stop()
+
+    def log(what, side, value):
+        print("[%s] %s %s: %s" % (version, what, side, value), flush=True)
+
+    hot = {"module": [], "native": [], "floor": []}
     mem = {"module": [], "native": [], "floor": []}
     for rep in range(REPS):
-        for side in (("module", "native", "floor") if rep % 2 == 0 else ("floor", "native", "module")):
-            s = Server(binary, module, work, "waiting", server_cpus,
-                       ["--maxclients", str(WAITERS + 100), "--loadmodule", floor])
-            try:
-                if side != "floor":
-                    hot[side].append(hot_run(s, side, client_cpus))
-                mem[side].append(memory_run(s, side))
-            finally:
-                s.stop()
-            print("[%s] run %d %s: hot %s, memory %s" % (
-                version, rep + 1, side, hot[side][-1] if side in hot else "-", mem[side][-1]), flush=True)
+        for side in alternate(rep, ("module", "native", "floor")):
+            h, m = on_fresh_server(lambda s: (hot_run(s, side, client_cpus), memory_run(s, side)))
+            hot[side].append(h)
+            mem[side].append(m)
+            log("run %d" % (rep + 1), side, "hot %s, memory %s" % (h, m))
+    pool = {}
+    for i, n in enumerate(POOL_SIZES):
+        for side in alternate(i, ("module", "floor")):
+            pool[(n, side)] = on_fresh_server(lambda s: memory_run(s, side, n))[1]
+            log("pool %d" % n, side, pool[(n, side)])
+    stalls = {(scenario, side): [] for scenario in ("disconnect", "storm") for side in ("module", "native")}
+    for rep in range(STALL_REPS):
+        for side in alternate(rep, ("module", "native")):
+            got = on_fresh_server(lambda s: disconnect_run(s, side, DISCONNECT_WAITERS, client_cpus))
+            stalls[("disconnect", side)].append(got)
+            log("disconnect %d" % (rep + 1), side, "worst PING %.1f ms, all gone in %.2f s" % got)
+            got = on_fresh_server(lambda s: storm_run(s, side, STORM_KEYS, STORM_WAITERS, client_cpus,
+                                                      STORM_LEAD_MS))
+            stalls[("storm", side)].append(got)
+            log("storm %d" % (rep + 1), side, "worst PING %.1f ms, done in %.2f s" % got)
 
-    def med(values):
-        return statistics.median(values)
+    med = statistics.median
+    rows = []
 
-    def row(figure, mod_values, nat_values, fmt, target):
-        m, n = med(mod_values), med(nat_values)
-        r = ratio(m, n)
-        rows.append("| %s | %s | %s | %.2f | %s |" % (figure, fmt(m), fmt(n), r, target(r, m, n)))
+    def num(fmt):
+        return (lambda v: fmt.format(v)) if "{" in fmt else (lambda v: fmt % v)
 
     def met(limit):
-        return lambda r, m, n: ("≤ %.2f: met" % limit) if r <= limit else ("≤ %.2f: **not met**" % limit)
+        return lambda r: ("≤ %.2f: met" % limit) if r <= limit else ("≤ %.2f: **not met**" % limit)
 
-    row("hot lock, %d clients, no work: server CPU per section (µs)" % WORKERS,
-        [h["us_per_section"] for h in hot["module"]], [h["us_per_section"] for h in hot["native"]],
-        lambda v: "%.1f" % v, met(1.1))
-    row("hot lock: sections/s", [h["rate"] for h in hot["module"]], [h["rate"] for h in hot["native"]],
-        lambda v: "{:,.0f}".format(v), lambda r, m, n: "")
-    row("hot lock: fairness (most / fewest sections per client)",
-        [h["fairness"] for h in hot["module"]], [h["fairness"] for h in hot["native"]],
-        lambda v: "%.3f" % v, lambda r, m, n: ("module ≤ 1.05: met" if m <= 1.05 else "module ≤ 1.05: **not met**"))
-    row("memory per blocked waiter (%s waiters, bytes)" % "{:,}".format(WAITERS),
-        [m[0] for m in mem["module"]], [m[0] for m in mem["native"]], lambda v: "{:,.0f}".format(v), met(1.2))
-    row("memory per blocked waiter: against a module that only blocks (the API's floor)",
-        [m[0] for m in mem["module"]], [m[0] for m in mem["floor"]], lambda v: "{:,.0f}".format(v), met(1.1))
+    def row(figure, a, b, fmt, target=lambda r: ""):
+        m, n = med(a), med(b)
+        r = ratio(m, n)
+        rows.append("| %s | %s | %s | %.2f | %s |" % (figure, num(fmt)(m), num(fmt)(n), r, target(r)))
 
-    def kept(values):
-        return med([m[1] for m in values])
+    def of(runs, what):
+        return [x[what] for x in runs]
 
-    rows.append("| used_memory 2 s after the %s waiters were served and gone, over before (bytes) | %s | %s | "
-                "| module within 5 MB: %s |" % (
-                    "{:,}".format(WAITERS), "{:,.0f}".format(kept(mem["module"])),
-                    "{:,.0f}".format(kept(mem["native"])),
-                    "met" if kept(mem["module"]) <= 5 * 2**20 else "**not met**"))
-    rows.append("| the same, against the module that only blocks | %s | %s (floor) | | module's share %s |" % (
-        "{:,.0f}".format(kept(mem["module"])), "{:,.0f}".format(kept(mem["floor"])),
-        "{:,.0f}".format(kept(mem["module"]) - kept(mem["floor"]))))
+    cpu = "us_per_section"
+    row("hot lock, %d clients, no work: server CPU per section (µs), module / BLPOP" % WORKERS,
+        of(hot["module"], cpu), of(hot["native"], cpu), "%.1f", met(1.1))
+    row("the same, module / lock floor (the module API's least for a FIFO lock)",
+        of(hot["module"], cpu), of(hot["floor"], cpu), "%.1f")
+    row("the same, lock floor / BLPOP", of(hot["floor"], cpu), of(hot["native"], cpu), "%.1f")
+    row("hot lock: sections/s, module / BLPOP", of(hot["module"], "rate"), of(hot["native"], "rate"), "{:,.0f}")
+    row("hot lock: sections/s, module / lock floor", of(hot["module"], "rate"), of(hot["floor"], "rate"),
+        "{:,.0f}")
+    row("hot lock: fairness (most / fewest sections per client), module / BLPOP",
+        of(hot["module"], "fairness"), of(hot["native"], "fairness"), "%.3f",
+        lambda r: ("module ≤ 1.05: met" if med(of(hot["module"], "fairness")) <= 1.05
+                   else "module ≤ 1.05: **not met**"))
+    row("hot lock: fairness, lock floor", of(hot["floor"], "fairness"), of(hot["native"], "fairness"), "%.3f")
+    row("memory per blocked waiter (%s waiters, bytes), module / BLPOP" % "{:,}".format(WAITERS),
+        [m[0] for m in mem["module"]], [m[0] for m in mem["native"]], "{:,.0f}", met(1.2))
+    row("memory per blocked waiter, module / a module that only blocks (the API's floor)",
+        [m[0] for m in mem["module"]], [m[0] for m in mem["floor"]], "{:,.0f}", met(1.1))
+
+    def kept(side):
+        return med([m[1] for m in mem[side]])
+
+    rows.append("| used_memory 2 s after the %s waiters were served and gone, over before (bytes), "
+                "module / BLPOP | %s | %s | | module within 5 MB: %s |" % (
+                    "{:,}".format(WAITERS), "{:,.0f}".format(kept("module")), "{:,.0f}".format(kept("native")),
+                    "met" if kept("module") <= 5 * 2**20 else "**not met**"))
+    sizes = [(WAITERS, kept("module"), kept("floor"), REPS)] + [
+        (n, pool[(n, "module")], pool[(n, "floor")], 1) for n in POOL_SIZES]
+    for n, mod, fl, runs in sizes:
+        rows.append("| the same after %s waiters (%s), module / a module that only blocks | %s | %s | %s | "
+                    "module's share %s (%+.1f bytes per waiter) |" % (
+                        "{:,}".format(n), "median of %d runs" % runs if runs > 1 else "one run",
+                        "{:,.0f}".format(mod), "{:,.0f}".format(fl), "%.3f" % ratio(mod, fl),
+                        "{:,.0f}".format(mod - fl), (mod - fl) / n))
+
+    def stall_row(figure, scenario):
+        m = [w for w, _ in stalls[(scenario, "module")]]
+        n = [w for w, _ in stalls[(scenario, "native")]]
+        d_med, d_max = med(m) - med(n), max(m) - max(n)
+        ok = d_med <= STALL_MARGIN_MS and d_max <= STALL_MARGIN_MS
+        rows.append("| %s | %.1f (%.1f) | %.1f (%.1f) | %+.1f (%+.1f) ms | ≤ native + %.0f ms: %s |" % (
+            figure, med(m), max(m), med(n), max(n), d_med, d_max, STALL_MARGIN_MS,
+            "met" if ok else "**not met**"))
+
+    stall_row("worst PING while %s waiters' connections close at once (ms), median (max) of %d; "
+              "module / BLPOP" % ("{:,}".format(DISCONNECT_WAITERS), STALL_REPS), "disconnect")
+    stall_row("worst PING while %s leases end together, %s of them with a waiter (ms), median (max) of %d; "
+              "module / as many plain keys expiring" % (
+                  "{:,}".format(STORM_KEYS), "{:,}".format(STORM_WAITERS), STALL_REPS), "storm")
     return version, rows
 
 
@@ -285,22 +376,40 @@ def main():
     ap.add_argument("--client-cpus", default="")
     a = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < WAITERS + 500:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, WAITERS + 1000), hard))
+    if soft < MAXCLIENTS + 500:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
+                                                    else MAXCLIENTS + 1000, hard))
+    # The driver and its helpers run on the clients' CPUs (the servers are
+    # pinned by the Server class).
+    if a.client_cpus:
+        os.sched_setaffinity(0, {int(c) for c in a.client_cpus.split(",")})
     work = tempfile.mkdtemp(prefix="redislock-waiting.")
-    floor = build_floor(work)
+    floors = [build_floor(work, "blockfloor"), build_floor(work, "lockfloor")]
+    capped = [n for n in POOL_WANTED if n > POOL_MAX]
     lines = [
         "# Waiting: the module against a BLPOP mutex",
         "",
-        "Written by `bench/waiting.py` (`make bench`, or `BENCH_ONLY=waiting bench/run.sh`): both sides on one",
-        "server process with the module loaded, %d runs per side, alternating; medians. Module side:" % REPS,
-        "`LOCK.ACQUIRE hot <token> PX 10000 BLOCK 5000` then `LOCK.RELEASE`; native side: `BLPOP hot 5` then",
-        "`RPUSH hot <token>`. Ratio = module / native.",
+        "Written by `bench/waiting.py` (`make bench`, or `BENCH_ONLY=waiting bench/run.sh`): all sides on one",
+        "server process with the module and both floors loaded, a fresh one per run, %d runs per side," % REPS,
+        "alternating; medians. Module side: `LOCK.ACQUIRE hot <token> PX 10000 BLOCK 5000` then",
+        "`LOCK.RELEASE`; native side: `BLPOP hot 5` then `RPUSH hot <token>`; lock floor",
+        "(bench/floor/lockfloor.c): `FLOOR.ACQUIRE hot <token> 0` (no deadline) then `FLOOR.RELEASE` — the",
+        "owner in a module-type value with a 10 s lease, waiters blocked with `RedisModule_BlockClient` and",
+        "handed the lock by the release with `RedisModule_UnblockClient`, each grant replicated as its effect",
+        "(`FLOOR.APPLY key token fence unix-ms`, `RedisModule_Replicate`). Memory floor:",
+        "bench/floor/blockfloor.c, a command that only blocks. Ratio = module / the other side.",
+        "Stall rows: fresh servers, %d runs per side; the difference is module − native, of the medians" % STALL_REPS,
+        "(of the maxima).",
         "",
     ]
+    if capped:
+        lines += ["Pool scaling: %s waiters capped at %s here: the hard limit on open files is %s per process "
+                  "(`ulimit -Hn`; raising it needs CAP_SYS_RESOURCE), and the server needs one per client."
+                  % (" and ".join("{:,}".format(n) for n in capped), "{:,}".format(POOL_MAX),
+                     "{:,}".format(FD_HARD)), ""]
     for binary in a.server:
-        version, rows = bench_server(binary, a.module, floor, work, a.server_cpus, a.client_cpus)
-        lines += ["## %s" % version, "", "| figure | module | BLPOP | ratio | target |", "|---|---|---|---|---|"]
+        version, rows = bench_server(binary, a.module, floors, work, a.server_cpus, a.client_cpus)
+        lines += ["## %s" % version, "", "| figure | module | other | ratio | target |", "|---|---|---|---|---|"]
         lines += rows + [""]
     with open(a.out, "w") as f:
         f.write("\n".join(lines))

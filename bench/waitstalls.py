@@ -1,0 +1,148 @@
+"""Stalls with waiters, for bench/waiting.py: the worst PING a second
+connection sees while the server deals with many waiters at once, the
+module's against the server's own, each run on a fresh server.
+
+  disconnect  N connections wait (the module: LOCK.ACQUIRE md <token> PX
+              600000 BLOCK 0 behind a held lock; native: BLPOP md 0 on an
+              empty list), all held by one process, which is then killed:
+              every connection closes at once. The window runs from the kill
+              until the server has no blocked client and only the control
+              and PING connections left, plus 300 ms.
+  storm       KEYS keys whose leases end at the same moment (the module:
+              exclusive locks, WAITERS of them, spread evenly, with a
+              waiter each — LOCK.ACQUIRE ... BLOCK 0 from connections held
+              by another process; native: plain keys SET ... PXAT, no
+              waiters). The window runs from 100 ms before that moment
+              until every waiter is granted and every other key is gone
+              (native: every key is gone), plus 300 ms.
+"""
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+
+from resp import encode
+from stalls import Pinger, pipe, server_ms, wait_for
+
+TAIL_S = 0.3
+
+
+def _pin(cpus):
+    if cpus:
+        os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+
+
+def _hold(port, commands, cpus, tx):
+    """Opens one connection per command, sends it, reports, then waits to be
+    killed (its connections close with it)."""
+    _pin(cpus)
+    socks = []
+    try:
+        for _ in commands:
+            socks.append(socket.create_connection(("127.0.0.1", port)))
+        for s, cmd in zip(socks, commands):
+            s.sendall(cmd)
+        tx.send(len(socks))
+    except Exception as e:  # reported to the parent, which fails the run
+        tx.send(repr(e))
+    while True:
+        signal.pause()
+
+
+class Holder:
+    """A process holding one connection per command, blocked in it."""
+
+    def __init__(self, port, commands, cpus):
+        ctx = mp.get_context("fork")
+        rx, tx = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_hold, args=(port, commands, cpus, tx), daemon=True)
+        self.proc.start()
+        if not rx.poll(120):
+            self.kill()
+            raise RuntimeError("the waiters' connections were not opened in time")
+        got = rx.recv()
+        if got != len(commands):
+            self.kill()
+            raise RuntimeError("opening the waiters' connections: %s" % (got,))
+
+    def kill(self):
+        if self.proc.is_alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.join()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+
+def _clients(c):
+    info = c.info("clients")
+    return int(info["connected_clients"]), int(info["blocked_clients"])
+
+
+def disconnect_run(server, side, n, cpus):
+    """(worst PING in ms, seconds until the server let them all go)."""
+    c = server.c
+    c.call("DEL", "md")
+    if side == "module":
+        c.call("LOCK.ACQUIRE", "md", "holder", "PX", 600000)
+        commands = [encode(["LOCK.ACQUIRE", "md", "w%d" % i, "PX", 600000, "BLOCK", 0]) for i in range(n)]
+    else:
+        commands = [encode(["BLPOP", "md", 0])] * n
+    with Holder(server.port, commands, cpus) as holder:
+        wait_for("the waiters", lambda: _clients(c)[1] >= n)
+        with Pinger(server.port) as p:
+            time.sleep(TAIL_S)
+            t0 = time.monotonic()
+            holder.kill()
+            # The control connection and the PING one are left.
+            wait_for("the waiters to go", lambda: _clients(c) == (2, 0))
+            t1 = time.monotonic()
+            time.sleep(TAIL_S)
+    c.call("DEL", "md")
+    return p.worst_ms(t0, t1 + TAIL_S), t1 - t0
+
+
+def _create(c, side, keys, at):
+    """KEYS keys st:<i> whose leases end at server time AT (ms): the module's
+    locks are given PX from the server's clock before each batch."""
+    batch = 2000
+    for start in range(0, keys, batch):
+        end = min(keys, start + batch)
+        if side == "module":
+            px = at - server_ms(c)
+            cmds = [["LOCK.ACQUIRE", "st:%d" % i, "h", "PX", px] for i in range(start, end)]
+        else:
+            cmds = [["SET", "st:%d" % i, "v", "PXAT", at] for i in range(start, end)]
+        errors = pipe(c, cmds, batch)
+        if errors:
+            raise RuntimeError("%s: %d keys not created" % (side, errors))
+
+
+def storm_run(server, side, keys, waiters, cpus, lead_ms):
+    """(worst PING in ms, seconds from the lease end until all was done)."""
+    c = server.c
+    at = server_ms(c) + lead_ms
+    _create(c, side, keys, at)
+    step = keys // waiters
+    commands = []
+    if side == "module":
+        commands = [encode(["LOCK.ACQUIRE", "st:%d" % (i * step), "w%d" % i, "PX", 600000, "BLOCK", 0])
+                    for i in range(waiters)]
+    with Holder(server.port, commands, cpus):
+        wait_for("the waiters", lambda: _clients(c)[1] >= len(commands))
+        if server_ms(c) > at - 500:
+            raise RuntimeError("%s: setting up took longer than the lead of %d ms" % (side, lead_ms))
+        with Pinger(server.port) as p:
+            while server_ms(c) < at - 100:
+                time.sleep(0.01)
+            t0 = time.monotonic()
+            left = waiters if side == "module" else 0
+            wait_for("the storm to pass", lambda: _clients(c)[1] == 0 and c.call("DBSIZE") == left)
+            t1 = time.monotonic()
+            time.sleep(TAIL_S)
+    return p.worst_ms(t0, t1 + TAIL_S), t1 - t0 - 0.1
