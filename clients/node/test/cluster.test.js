@@ -163,7 +163,8 @@ for (const [index, lib] of LIBRARIES.entries()) {
       const target = cluster.masters.find((m) => m !== source && alive(m));
       await command(target.port, "CLUSTER", "SETSLOT", slot, "IMPORTING", source.id);
       await command(source.port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target.id);
-      assert.equal(await command(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", name), "OK");
+      const keys = await command(source.port, "CLUSTER", "GETKEYSINSLOT", slot, "100"); // the lock, the probe
+      assert.equal(await command(source.port, "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", ...keys), "OK");
       assert.equal(await hold.extend(30000), hold);
       for (const m of cluster.masters.filter(alive)) await command(m.port, "CLUSTER", "SETSLOT", slot, "NODE", target.id);
       assert.equal(await hold.extend(30000), hold);
