@@ -4,14 +4,19 @@ module's against the server's own, each run on a fresh server.
 
   disconnect  N connections wait (the module: LOCK.ACQUIRE md <token> PX
               600000 BLOCK 0 behind a held lock; native: BLPOP md 0 on an
-              empty list), all held by one process, which is then killed:
-              every connection closes at once. The window runs from the kill
+              empty list; floor: FLOOR.ACQUIRE md <token> 0 of
+              bench/floor/lockfloor.c behind a held lock), all held by one
+              process, which is killed while the server is stopped
+              (SIGSTOP): the server finds every connection closed at once
+              when it resumes (SIGCONT). The window runs from the resumption
               until the server has no blocked client and only the control
-              and PING connections left, plus 300 ms.
+              and PING connections left, plus 300 ms; a PING sent while the
+              server was stopped counts from the resumption.
   storm       KEYS keys whose leases end at the same moment (the module:
               exclusive locks, WAITERS of them, spread evenly, with a
               waiter each — LOCK.ACQUIRE ... BLOCK 0 from connections held
-              by another process; native: plain keys SET ... PXAT, no
+              by another process — then every lease set to end at that
+              moment with LOCK.EXTEND; native: plain keys SET ... PXAT, no
               waiters). The window runs from 100 ms before that moment
               until every waiter is granted and every other key is gone
               (native: every key is gone), plus 300 ms.
@@ -79,6 +84,18 @@ class Holder:
         self.kill()
 
 
+def _pinger(port):
+    """stalls.Pinger, free to run on every CPU: on the clients' CPU alone it
+    would wait behind the kernel closing the killed process's connections,
+    which is no stall of the server."""
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count()))
+    try:
+        return Pinger(port)
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
 def _clients(c):
     info = c.info("clients")
     return int(info["connected_clients"]), int(info["blocked_clients"])
@@ -91,53 +108,76 @@ def disconnect_run(server, side, n, cpus):
     if side == "module":
         c.call("LOCK.ACQUIRE", "md", "holder", "PX", 600000)
         commands = [encode(["LOCK.ACQUIRE", "md", "w%d" % i, "PX", 600000, "BLOCK", 0]) for i in range(n)]
+    elif side == "floor":
+        c.call("FLOOR.ACQUIRE", "md", "holder", 0)
+        commands = [encode(["FLOOR.ACQUIRE", "md", "w%d" % i, 0]) for i in range(n)]
     else:
         commands = [encode(["BLPOP", "md", 0])] * n
     with Holder(server.port, commands, cpus) as holder:
         wait_for("the waiters", lambda: _clients(c)[1] >= n)
-        with Pinger(server.port) as p:
+        with _pinger(server.port) as p:
             time.sleep(TAIL_S)
-            t0 = time.monotonic()
-            holder.kill()
+            # The server is stopped while the connections close, so that it
+            # finds them all closed at once, whatever the speed of the
+            # kernel closing them (else a race with the server, which
+            # varies with the load on the machine).
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                holder.kill()
+                time.sleep(0.05)
+            finally:
+                t0 = time.monotonic()
+                os.kill(server.pid, signal.SIGCONT)
             # The control connection and the PING one are left.
             wait_for("the waiters to go", lambda: _clients(c) == (2, 0))
             t1 = time.monotonic()
             time.sleep(TAIL_S)
     c.call("DEL", "md")
-    return p.worst_ms(t0, t1 + TAIL_S), t1 - t0
+    # A PING sent while the server was stopped counts from its resumption.
+    waits = [t + rtt - max(t, t0) for t, rtt in p.finish() if t + rtt >= t0 and t <= t1 + TAIL_S]
+    return max(waits) * 1000, t1 - t0
 
 
-def _create(c, side, keys, at):
-    """KEYS keys st:<i> whose leases end at server time AT (ms): the module's
-    locks are given PX from the server's clock before each batch."""
+def _timed(c, keys, command):
+    """Sends command(i, px) for every key in pipelined batches, px being the
+    time left to the common end from the server's clock before each batch."""
     batch = 2000
     for start in range(0, keys, batch):
-        end = min(keys, start + batch)
-        if side == "module":
-            px = at - server_ms(c)
-            cmds = [["LOCK.ACQUIRE", "st:%d" % i, "h", "PX", px] for i in range(start, end)]
-        else:
-            cmds = [["SET", "st:%d" % i, "v", "PXAT", at] for i in range(start, end)]
+        cmds = [command(i) for i in range(start, min(keys, start + batch))]
         errors = pipe(c, cmds, batch)
         if errors:
-            raise RuntimeError("%s: %d keys not created" % (side, errors))
+            raise RuntimeError("%d of %s failed" % (errors, cmds[0][0]))
 
 
 def storm_run(server, side, keys, waiters, cpus, lead_ms):
-    """(worst PING in ms, seconds from the lease end until all was done)."""
+    """(worst PING in ms, seconds from the lease end until all was done).
+
+    The module's locks are taken with a long lease, their waiters blocked,
+    and then every lease is set to end at one moment (LOCK.EXTEND with the
+    time left), so that setting up the waiters takes no part of the lead."""
     c = server.c
-    at = server_ms(c) + lead_ms
-    _create(c, side, keys, at)
     step = keys // waiters
     commands = []
     if side == "module":
+        _timed(c, keys, lambda i: ["LOCK.ACQUIRE", "st:%d" % i, "h", "PX", 600000])
         commands = [encode(["LOCK.ACQUIRE", "st:%d" % (i * step), "w%d" % i, "PX", 600000, "BLOCK", 0])
                     for i in range(waiters)]
     with Holder(server.port, commands, cpus):
         wait_for("the waiters", lambda: _clients(c)[1] >= len(commands))
-        if server_ms(c) > at - 500:
-            raise RuntimeError("%s: setting up took longer than the lead of %d ms" % (side, lead_ms))
-        with Pinger(server.port) as p:
+        at = server_ms(c) + lead_ms
+        if side == "module":
+            batch_px = {}
+
+            def extend(i):
+                if i % 2000 == 0:
+                    batch_px["px"] = at - server_ms(c)
+                return ["LOCK.EXTEND", "st:%d" % i, "h", "PX", batch_px["px"]]
+            _timed(c, keys, extend)
+        else:
+            _timed(c, keys, lambda i: ["SET", "st:%d" % i, "v", "PXAT", at])
+        if server_ms(c) > at - 300:
+            raise RuntimeError("%s: setting the leases took longer than the lead of %d ms" % (side, lead_ms))
+        with _pinger(server.port) as p:
             while server_ms(c) < at - 100:
                 time.sleep(0.01)
             t0 = time.monotonic()
