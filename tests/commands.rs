@@ -674,6 +674,9 @@ fn every_error_reply_has_its_documented_text() {
     let (_, f) = grant(&mut c, "k", b"t", 100_000);
     const INVALID_TTL: &str =
         "ERR invalid expire time: must be a positive integer of at most 1000000000000 milliseconds";
+    const INVALID_TTL_SECONDS: &str =
+        "ERR invalid expire time: must be a positive integer of at most 1000000000 seconds";
+    const MISSING_TTL: &str = "ERR a lock needs an expiry: give EX seconds or PX milliseconds";
     const INVALID_TOKEN: &str = "ERR invalid token: must be 1 to 512 bytes";
     const INTERNAL: &str = "ERR this command is internal to redislock replication and persistence";
     let arity = |cmd: &str| format!("ERR wrong number of arguments for '{cmd}' command");
@@ -691,8 +694,30 @@ fn every_error_reply_has_its_documented_text() {
         ),
         (
             rcmd!("LOCK.EXTEND", "k", "t", "PX", 10, "BLOCK", 1),
-            arity("lock.extend"),
+            "ERR syntax error: unknown option 'BLOCK'".into(),
         ),
+        // What a newcomer leaves out is named: the token before EX/PX, the TTL's unit.
+        (
+            rcmd!("LOCK.ACQUIRE", "lock:a", "PX", 30000, "BLOCK", 10),
+            "ERR syntax error: the token goes before PX (LOCK.ACQUIRE key token PX milliseconds); 'PX' was read as the token".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "lock:a", "ex", 30),
+            "ERR syntax error: the token goes before EX (LOCK.ACQUIRE key token EX seconds); 'EX' was read as the token".into(),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "PX", 5000),
+            "ERR syntax error: the token goes before PX (LOCK.EXTEND key token PX milliseconds); 'PX' was read as the token".into(),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "t", 5000),
+            "ERR syntax error: unknown option '5000': give the TTL as EX seconds or PX milliseconds".into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", 5000, "BLOCK", 10),
+            "ERR syntax error: unknown option '5000': give the TTL as EX seconds or PX milliseconds".into(),
+        ),
+        (rcmd!("LOCK.ACQUIRE", "k", "t"), MISSING_TTL.into()),
         (
             rcmd!("LOCK.EXTEND", "k", "t", "FOO", 10),
             "ERR syntax error: unknown option 'FOO'".into(),
@@ -701,16 +726,16 @@ fn every_error_reply_has_its_documented_text() {
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", 1, "block", 2),
             "ERR syntax error: option BLOCK given more than once".into(),
         ),
-        (
-            rcmd!("LOCK.ACQUIRE", "k", "t", "BLOCK", 10),
-            "ERR a lock needs an expiry: give EX seconds or PX milliseconds".into(),
-        ),
-        (rcmd!("LOCK.EXTEND", "k", "t"), arity("lock.extend")),
+        (rcmd!("LOCK.ACQUIRE", "k", "t", "BLOCK", 10), MISSING_TTL.into()),
+        (rcmd!("LOCK.EXTEND", "k", "t"), MISSING_TTL.into()),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 1, "PX", 10),
             "ERR syntax error: EX and PX are mutually exclusive".into(),
         ),
-        (rcmd!("LOCK.ACQUIRE", "k", "t", "PX"), arity("lock.acquire")),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "PX"),
+            "ERR syntax error: option PX needs a value".into(),
+        ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "BLOCK", 10, "PX"),
             "ERR syntax error: option PX needs a value".into(),
@@ -722,7 +747,15 @@ fn every_error_reply_has_its_documented_text() {
         (rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 0), INVALID_TTL.into()),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "EX", -1),
-            INVALID_TTL.into(),
+            INVALID_TTL_SECONDS.into(),
+        ),
+        (
+            rcmd!("LOCK.ACQUIRE", "k", "t", "EX", 0),
+            INVALID_TTL_SECONDS.into(),
+        ),
+        (
+            rcmd!("LOCK.EXTEND", "k", "t", "EX", 1_000_000_001),
+            INVALID_TTL_SECONDS.into(),
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", "1.5"),
@@ -734,7 +767,7 @@ fn every_error_reply_has_its_documented_text() {
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "EX", i64::MAX),
-            INVALID_TTL.into(),
+            INVALID_TTL_SECONDS.into(),
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", -1),

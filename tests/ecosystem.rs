@@ -214,9 +214,9 @@ fn command_docs_describe_every_command() {
     let s = Server::start();
     let mut c = s.conn();
     for (cmd, arity) in [
-        ("lock.acquire", -5),
+        ("lock.acquire", -3),
         ("lock.release", 3),
-        ("lock.extend", 5),
+        ("lock.extend", -3),
         ("lock.info", 2),
     ] {
         let docs = format!("{:?}", ok(&mut c, &rcmd!("COMMAND", "DOCS", cmd)));

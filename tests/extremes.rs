@@ -14,6 +14,9 @@ use redis::Connection;
 
 const TTL_ERR: &str =
     "ERR invalid expire time: must be a positive integer of at most 1000000000000 milliseconds";
+/// The same bound for `EX`, named in the unit given.
+const TTL_ERR_SECONDS: &str =
+    "ERR invalid expire time: must be a positive integer of at most 1000000000 seconds";
 const BLOCK_ERR: &str = "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer \
                          of at most 1000000000000 milliseconds";
 const NOT_AN_INTEGER: &str = "ERR value is not an integer or out of range";
@@ -257,18 +260,23 @@ fn ttl_extremes_on_acquire_regrant_and_extend() {
                     }
                 }
                 None => {
-                    assert_eq!(err(&mut c, &acquire), TTL_ERR, "{case}: acquire");
+                    let ttl_err = if unit == "EX" {
+                        TTL_ERR_SECONDS
+                    } else {
+                        TTL_ERR
+                    };
+                    assert_eq!(err(&mut c, &acquire), ttl_err, "{case}: acquire");
                     assert!(
                         !exists(&mut c, &key),
                         "{case}: a refused acquire made a key"
                     );
                     // Refused on a held lock too, by the holder (re-grant, extend) or anyone.
                     let (_, fence) = grant(&mut c, &key, b"tok", 60_000);
-                    assert_eq!(err(&mut c, &acquire), TTL_ERR, "{case}: re-grant");
+                    assert_eq!(err(&mut c, &acquire), ttl_err, "{case}: re-grant");
                     let busy = rcmd!("LOCK.ACQUIRE", &key, "other", unit, v);
-                    assert_eq!(err(&mut c, &busy), TTL_ERR, "{case}: busy acquire");
+                    assert_eq!(err(&mut c, &busy), ttl_err, "{case}: busy acquire");
                     let extend = rcmd!("LOCK.EXTEND", &key, "tok", unit, v);
-                    assert_eq!(err(&mut c, &extend), TTL_ERR, "{case}: extend");
+                    assert_eq!(err(&mut c, &extend), ttl_err, "{case}: extend");
                     let held = info_some(&mut c, &key);
                     assert_eq!((held.token, held.fence), (b"tok".to_vec(), fence));
                     assert_ttl_close(held.ttl, 60_000, TTL_SLACK, &case);

@@ -312,7 +312,7 @@ fn a_fence_gate_accepts_equal_and_newer_fences_only() {
     for bad in ["0", "-5", "abc", "9223372036854775808"] {
         assert_eq!(
             err(&mut c, &rcmd!("LOCK.FENCE", "gate", bad, "GET", "x")),
-            "ERR invalid fence: must be a positive integer"
+            "ERR invalid fence: must be a positive integer of at most 9223372036854775807"
         );
     }
     grant(&mut c, "lock", b"me", 60_000);

@@ -18,6 +18,13 @@ pub enum LockError {
     Arity(&'static str),
     /// An option name that the command does not know.
     UnknownOption(String),
+    /// A number where an option's name should be, no TTL given yet: a TTL without `EX`/`PX`.
+    TtlWithoutUnit(String),
+    /// The token is `EX` or `PX` and a number follows it: the token was left out.
+    TokenAfterTtl {
+        command: &'static str,
+        option: &'static str,
+    },
     /// The same option given twice.
     RepeatedOption(&'static str),
     /// Neither `EX` nor `PX` was given.
@@ -28,6 +35,8 @@ pub enum LockError {
     MissingValue(&'static str),
     /// A TTL that is not a positive integer, or overflows once in milliseconds.
     InvalidTtl,
+    /// The same, given in seconds (`EX`): the bound is named in seconds.
+    InvalidTtlSeconds,
     /// A TTL above the `redislock.max-ttl` setting (milliseconds).
     TtlAboveLimit(u64),
     /// A `BLOCK` timeout that is not a non-negative integer.
@@ -98,14 +107,17 @@ impl fmt::Display for LockError {
         match self {
             Arity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
             UnknownOption(opt) => write!(f, "ERR syntax error: unknown option '{opt}'"),
+            TtlWithoutUnit(opt) => write!(f, "ERR syntax error: unknown option '{opt}': give the TTL as EX seconds or PX milliseconds"),
+            TokenAfterTtl { command, option } => write!(f, "ERR syntax error: the token goes before {option} ({command} key token {option} {}); '{option}' was read as the token", if *option == "EX" { "seconds" } else { "milliseconds" }),
             RepeatedOption(opt) => write!(f, "ERR syntax error: option {opt} given more than once"),
             MissingTtl => f.write_str("ERR a lock needs an expiry: give EX seconds or PX milliseconds"),
             DoubleTtl => f.write_str("ERR syntax error: EX and PX are mutually exclusive"),
             MissingValue(opt) => write!(f, "ERR syntax error: option {opt} needs a value"),
             InvalidTtl => write!(f, "ERR invalid expire time: must be a positive integer of at most {} milliseconds", MAX_TTL_MS),
+            InvalidTtlSeconds => write!(f, "ERR invalid expire time: must be a positive integer of at most {} seconds", MAX_TTL_MS / 1000),
             TtlAboveLimit(max) => write!(f, "ERR TTL exceeds redislock.max-ttl ({max} ms)"),
             InvalidBlock => write!(f, "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most {} milliseconds", MAX_BLOCK_MS),
-            InvalidFence => f.write_str("ERR invalid fence: must be a positive integer"),
+            InvalidFence => write!(f, "ERR invalid fence: must be a positive integer of at most {}", i64::MAX),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
@@ -147,11 +159,17 @@ mod tests {
         let all = [
             LockError::Arity("lock.info"),
             LockError::UnknownOption("NX".into()),
+            LockError::TtlWithoutUnit("5000".into()),
+            LockError::TokenAfterTtl {
+                command: "LOCK.ACQUIRE",
+                option: "PX",
+            },
             LockError::RepeatedOption("EX"),
             LockError::MissingTtl,
             LockError::DoubleTtl,
             LockError::MissingValue("PX"),
             LockError::InvalidTtl,
+            LockError::InvalidTtlSeconds,
             LockError::TtlAboveLimit(10),
             LockError::InvalidBlock,
             LockError::InvalidFence,

@@ -92,7 +92,9 @@ const ONE_HOLDER: &CStr =
 pub const ACQUIRE: Doc = Doc {
     complexity: ONE_HOLDER,
     summary: c"Acquires a lock (exclusive, shared, or a semaphore place), or waits for it in the server; returns the owner token and a fencing token",
-    arity: -5,
+    // From the token on, the module checks the arguments itself, so that a missing TTL or
+    // token is named rather than answered "wrong number of arguments".
+    arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
     args: &[
         KEY,
@@ -158,7 +160,7 @@ pub const RELEASE: Doc = Doc {
 pub const EXTEND: Doc = Doc {
     complexity: ONE_HOLDER,
     summary: c"Sets a held lock's remaining time if the token holds it",
-    arity: 5,
+    arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
     args: &[KEY, TOKEN, EXPIRATION],
 };

@@ -108,7 +108,7 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
                     .ok_or(LockError::InvalidBlock)?,
             );
         } else if !ttl.try_take(name, &mut rest)? {
-            return Err(unknown(name));
+            return Err(not_an_option("LOCK.ACQUIRE", argv, name, &ttl));
         }
     }
     let want = want.unwrap_or(Want::Exclusive);
@@ -185,7 +185,7 @@ pub fn parse_extend<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Extend<'_>, L
     let mut rest = argv[3..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
         if !ttl.try_take(name, &mut rest)? {
-            return Err(unknown(name));
+            return Err(not_an_option("LOCK.EXTEND", argv, name, &ttl));
         }
     }
     Ok(Extend {
@@ -226,6 +226,32 @@ pub(super) fn unknown(name: &[u8]) -> LockError {
     LockError::UnknownOption(text)
 }
 
+/// The error for `name`, found where an option's name should be (acquire, extend). A number
+/// there is a TTL without `EX`/`PX` in front, or, as the first option after a token that is
+/// `EX` or `PX`, a TTL whose token was left out (`LOCK.ACQUIRE key PX 30000`).
+fn not_an_option<A: Deref<Target = [u8]>>(
+    command: &'static str,
+    argv: &[A],
+    name: &[u8],
+    ttl: &TtlOption,
+) -> LockError {
+    if parse_i64(name).is_none() {
+        return unknown(name);
+    }
+    // A number as the first option fails at once, so this is that option.
+    if argv.get(3).is_some_and(|first| **first == *name) {
+        for option in ["EX", "PX"] {
+            if argv[2].eq_ignore_ascii_case(option.as_bytes()) {
+                return LockError::TokenAfterTtl { command, option };
+            }
+        }
+    }
+    match (ttl.given, unknown(name)) {
+        (None, LockError::UnknownOption(text)) => LockError::TtlWithoutUnit(text),
+        (_, error) => error,
+    }
+}
+
 /// The `EX seconds | PX milliseconds` pair shared by acquire and extend.
 #[derive(Default)]
 struct TtlOption {
@@ -257,7 +283,11 @@ impl TtlOption {
             .filter(|&v| v > 0)
             .and_then(|v| v.checked_mul(unit_ms))
             .filter(|&ms| ms <= MAX_TTL_MS)
-            .ok_or(LockError::InvalidTtl)?;
+            .ok_or(if unit_ms == 1 {
+                LockError::InvalidTtl
+            } else {
+                LockError::InvalidTtlSeconds
+            })?;
         self.ttl_ms = Some(ms);
         Ok(true)
     }
@@ -267,5 +297,7 @@ impl TtlOption {
     }
 }
 
+#[cfg(test)]
+mod error_tests;
 #[cfg(test)]
 mod tests;

@@ -191,12 +191,12 @@ fn acquire_errors() {
             "lock.acquire k t px 1 PX 5",
             LockError::RepeatedOption("PX"),
         ),
-        ("lock.acquire k t EX 0", LockError::InvalidTtl),
-        ("lock.acquire k t EX -1", LockError::InvalidTtl),
-        ("lock.acquire k t EX 1.5", LockError::InvalidTtl),
+        ("lock.acquire k t EX 0", LockError::InvalidTtlSeconds),
+        ("lock.acquire k t EX -1", LockError::InvalidTtlSeconds),
+        ("lock.acquire k t EX 1.5", LockError::InvalidTtlSeconds),
         (
             "lock.acquire k t EX 9223372036854775807",
-            LockError::InvalidTtl,
+            LockError::InvalidTtlSeconds,
         ),
         (
             "lock.acquire k t PX 99999999999999999999",
@@ -204,7 +204,10 @@ fn acquire_errors() {
         ),
         ("lock.acquire k t PX 10 BLOCK -1", LockError::InvalidBlock),
         ("lock.acquire k t PX 1000000000001", LockError::InvalidTtl),
-        ("lock.acquire k t EX 1000000001", LockError::InvalidTtl),
+        (
+            "lock.acquire k t EX 1000000001",
+            LockError::InvalidTtlSeconds,
+        ),
         ("lock.acquire k t PX 1099511627776", LockError::InvalidTtl),
         (
             "lock.acquire k t PX 10 BLOCK 1000000000001",
