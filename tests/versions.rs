@@ -146,3 +146,140 @@ fn an_rdb_file_from_a_newer_release_is_refused_before_any_key_is_read() {
         s.log_tail(20)
     );
 }
+
+/// The first `key = "value"` line of `section` in a TOML file (enough for pyproject.toml).
+fn toml_value(text: &str, section: &str, key: &str) -> Option<String> {
+    let mut inside = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            inside = line == format!("[{section}]");
+        } else if inside {
+            if let Some((k, v)) = line.split_once('=') {
+                if k.trim() == key {
+                    return Some(v.trim().trim_matches('"').to_string());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The versions in release file names (`redislock-1.2.3…`, `redislock_1.2.3_amd64.deb`) in `text`.
+fn release_files_named(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("redislock") {
+        let rest = &text[at + "redislock".len()..];
+        let Some(rest) = rest.strip_prefix(['-', '_']) else {
+            continue;
+        };
+        let version: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        let version = version.trim_end_matches('.');
+        if version.split('.').count() == 3 && version.split('.').all(|p| !p.is_empty()) {
+            found.push(version.to_string());
+        }
+    }
+    found
+}
+
+/// One release number (SPEC "Releases"): `Cargo.toml`'s version, which `MODULE LIST` and
+/// `INFO redislock` show (above), is the version of the Python package (`pyproject.toml` and
+/// `redislock.__version__`) and of the Node.js package (`package.json`, `package-lock.json` and
+/// the package's `version` export); `CHANGELOG.md` has a section for it; all say MIT, whose
+/// text is `LICENSE`.
+#[test]
+fn one_release_number_in_every_package() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |path: &str| {
+        std::fs::read_to_string(repo.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+    };
+    let run = |cmd: &mut std::process::Command| {
+        let out = cmd
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let pyproject = read("clients/python/pyproject.toml");
+    let mut found = vec![(
+        "clients/python/pyproject.toml",
+        toml_value(&pyproject, "project", "version").unwrap_or_default(),
+    )];
+    let python = std::env::var_os("REDISLOCK_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| repo.join("target/pyenv/bin/python"));
+    let py = run(std::process::Command::new(&python)
+        .env("PYTHONPATH", repo.join("clients/python/src"))
+        .args(["-c", "import redislock; print(redislock.__version__)"]));
+    found.push(("redislock.__version__", py.trim().to_string()));
+    let node = run(std::process::Command::new("node")
+        .current_dir(repo.join("clients/node"))
+        .args([
+            "-p",
+            "const lock = require('./package-lock.json'); \
+             [require('./package.json').version, lock.version, lock.packages[''].version, \
+              String(require('.').version)].join('\\n')",
+        ]));
+    let node: Vec<&str> = node.lines().collect();
+    assert_eq!(node.len(), 4, "{node:?}");
+    for (what, v) in [
+        "clients/node/package.json",
+        "clients/node/package-lock.json",
+        "clients/node/package-lock.json (packages[''])",
+        "require('redislock').version",
+    ]
+    .into_iter()
+    .zip(node)
+    {
+        found.push((what, v.to_string()));
+    }
+    let wrong: Vec<String> = found
+        .iter()
+        .filter(|(_, v)| v != RELEASE)
+        .map(|(what, v)| format!("{what}: {v:?}"))
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "Cargo.toml has {RELEASE}; these differ: {}",
+        wrong.join(", ")
+    );
+    let changelog = read("CHANGELOG.md");
+    assert!(
+        changelog.lines().any(|l| l
+            .strip_prefix("## ")
+            .is_some_and(
+                |h| h.split(|c: char| c.is_whitespace() || c == '(').next() == Some(RELEASE)
+            )),
+        "CHANGELOG.md has no section `## {RELEASE}`"
+    );
+    // The install instructions name the release files of this release.
+    for page in [
+        "README.md",
+        "docs/clients.md",
+        "clients/python/README.md",
+        "clients/node/README.md",
+    ] {
+        let text = read(page);
+        let named = release_files_named(&text);
+        assert!(
+            named.iter().all(|v| v == RELEASE),
+            "{page} names release files of {named:?}, not {RELEASE}"
+        );
+    }
+    assert!(read("LICENSE").starts_with("MIT License\n"));
+    assert_eq!(env!("CARGO_PKG_LICENSE"), "MIT");
+    assert_eq!(
+        toml_value(&pyproject, "project", "license").as_deref(),
+        Some("MIT")
+    );
+    let license = run(std::process::Command::new("node")
+        .current_dir(repo.join("clients/node"))
+        .args(["-p", "require('./package.json').license"]));
+    assert_eq!(license.trim(), "MIT");
+}

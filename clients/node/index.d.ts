@@ -18,6 +18,9 @@ export interface NodeRedisClient {
  */
 export type Client = IoredisClient | NodeRedisClient;
 
+/** The release, as `major.minor.patch`: the same number as the module's (`INFO redislock`). */
+export const version: string;
+
 export type Arg = string | number | bigint | Buffer;
 
 export interface AcquireOptions {

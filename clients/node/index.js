@@ -17,6 +17,8 @@ const {
   NotReplicatedError,
 } = require("./errors");
 const durable = require("./durable");
+// The release, one number for the module and both clients (Cargo.toml's; a test checks they agree).
+const { version } = require("./package.json");
 
 const newToken = () => crypto.randomBytes(16).toString("hex");
 
@@ -1297,6 +1299,7 @@ class Locker {
 }
 
 module.exports = {
+  version,
   Locker,
   Hold,
   LockError,

@@ -17,7 +17,7 @@ async function main() {
   const redis = new Redis({ host: "127.0.0.1", port: PORT });
   const locker = new Locker(redis);
 
-  // Like npm redlock: acquire → a hold with a fence (a bigint), extend, release.
+  // As in npm redlock, for one name: acquire → a hold with a fence (a bigint), extend, release.
   const hold = await locker.acquire("lock:report", 30000, { wait: 5000 });
   try {
     await writeReport("part 1", hold.fence);

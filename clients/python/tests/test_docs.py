@@ -255,8 +255,9 @@ def tty(reply: Any, prefix: str = "") -> str:
     raise TypeError(reply)
 
 
-# Valkey words some of Redis's errors differently; the pages show Redis's words.
-VALKEY_WORDING = [
+# Redis 7.2 and newer and Valkey word ACL refusals differently from Redis 7.0 (they name the user);
+# the pages show Redis 7.0's words, and docs/operations.md quotes the others beside them.
+NEWER_WORDING = [
     (re.compile(r"^NOPERM User \S+ has no permissions to run the '(.*)' command$"),
      r"NOPERM this user has no permissions to run the '\1' command"),
     (re.compile(r"^NOPERM No permissions to access a key$"),
@@ -266,7 +267,7 @@ VALKEY_WORDING = [
 
 def render(command: List[str], reply: Any) -> List[str]:
     if isinstance(reply, Err):
-        for pattern, words in VALKEY_WORDING:
+        for pattern, words in NEWER_WORDING:
             reply = Err(pattern.sub(words, reply))
     if command and command[0].upper() == "INFO" and isinstance(reply, bytes):
         return reply.decode().replace("\r", "").rstrip("\n").split("\n")
