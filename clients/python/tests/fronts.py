@@ -61,6 +61,11 @@ class Front:
             return redislock.Lock(client, name, **kwargs)
         return Driven(self, alock.Lock(client, name, **kwargs))
 
+    def election(self, client: Any, name: str, **kwargs: Any) -> Any:
+        if self.kind == "sync":
+            return redislock.Election(client, name, **kwargs)
+        return Driven(self, alock.Election(client, name, **kwargs))
+
     def gate(self, client: Any, name: str) -> Any:
         if self.kind == "sync":
             return redislock.FenceGate(client, name)
@@ -86,7 +91,8 @@ async def cancel_the_rest() -> None:
 
 
 class Driven:
-    """An asyncio lock whose coroutine methods are run on the front's loop and waited for."""
+    """An asyncio lock (or election) whose coroutine methods are run on the front's loop and
+    waited for."""
 
     def __init__(self, front: Front, lock: Any) -> None:
         self._front = front

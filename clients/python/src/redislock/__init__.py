@@ -8,18 +8,24 @@ without ``timeout`` is held until released (a lease renewed in the background), 
 read hold of a read/write lock or a place of a semaphore; ``replicas=n`` reports a grant only
 once ``n`` replicas have it (``NotReplicatedError`` otherwise). ``redislock.asyncio`` has the same for
 ``redis.asyncio``; ``redislock.Redlock`` runs one lock over several independent servers.
+``redislock.Election`` elects one leader among candidates, in terms that are fencing tokens,
+and lets anyone observe who leads.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._common import HolderInfo, LockInfo, LockKindError, StaleFenceError, UnsupportedError
 from ._durable import NotReplicatedError
+from ._election import Leader
+from .election import Election
 from .lock import FenceGate, Lock, supports
 from .redlock import Redlock, RedlockError
 
 __all__ = [
     "Lock",
     "FenceGate",
+    "Election",
+    "Leader",
     "Redlock",
     "RedlockError",
     "LockError",

@@ -1,4 +1,5 @@
-"""The lock for ``redis.asyncio`` clients: the same interface as ``redislock.Lock``, awaited.
+"""The lock for ``redis.asyncio`` clients: the same interface as ``redislock.Lock``, awaited
+(and ``Election``, as ``redislock.Election``).
 
 ``lost`` is an ``asyncio.Event``; ``on_lost`` may be a plain function or a coroutine function.
 The lease clocks and renewals of every hold of an event loop run in one task of that loop.
@@ -27,14 +28,18 @@ from ._common import (
     UnsupportedError,
     parse_info,
 )
+from ._aelection import Election
 from ._core import Hold, Schedule
 from ._durable import NotReplicatedError
+from ._election import Leader
 from ._flow import Request, Send, adrive
 from ._link import asend, shaper
 
 __all__ = [
     "Lock",
     "FenceGate",
+    "Election",
+    "Leader",
     "LockError",
     "LockNotOwnedError",
     "UnsupportedError",
