@@ -62,8 +62,8 @@ clean:
 # newer (cargo-zigbuild) as redislock-VERSION-linux-x86_64.tar.gz and redislock_VERSION_amd64.deb
 # (cargo-deb), the Python sdist and wheel, the Node.js package (npm pack), and SHA256SUMS.
 # scripts/dist-deps.sh first installs the tools into target/ (cargo-deb; build, ziglang and
-# cargo-zigbuild from PyPI), or names in one line what is missing from the system. About 8
-# minutes from a fresh clone on 2 cores (most of it installing cargo-deb), 1 minute after that.
+# cargo-zigbuild from PyPI), or names in one line what is missing from the system. About 7
+# minutes from a fresh clone on 2 cores (4 of them installing cargo-deb), under 1 after that.
 dist: deps
 	@scripts/dist-deps.sh
 	@scripts/dist.sh
@@ -72,7 +72,8 @@ dist: deps
 # matrix (scripts/dist-check.sh): objdump -T finds no glibc symbol newer than 2.17, the tarball's
 # module (through its redis.conf snippet) and the .deb's (unpacked with dpkg -x) load and lock,
 # the wheel in a fresh venv and the npm tarball in a fresh folder run their quickstarts. About
-# 30 seconds. CI (.ci/run) runs make dist and make dist-check after make test.
+# 20 seconds (40 in a fresh clone, where scripts/clients.sh first installs the servers and
+# packages of the tests). CI (.ci/run) runs make dist and make dist-check after make test.
 dist-check:
 	@scripts/clients.sh
 	@scripts/dist-check.sh
