@@ -292,7 +292,7 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
         for side in alternate(rep, ("module", "native", "floor")):
             got = on_fresh_server(lambda s: disconnect_run(s, side, DISCONNECT_WAITERS, client_cpus))
             stalls[("disconnect", side)].append(got)
-            log("disconnect %d" % (rep + 1), side, "worst PING %.1f ms, all gone in %.2f s" % got)
+            log("disconnect %d" % (rep + 1), side, "worst PING %.1f ms, server CPU %.1f ms" % got)
             if side == "floor":
                 continue
             got = on_fresh_server(lambda s: storm_run(s, side, STORM_KEYS, STORM_WAITERS, client_cpus,
@@ -366,6 +366,11 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
     stall_row("worst PING while %s waiters' connections close at once (ms), median (max) of %d; "
               "module / BLPOP" % ("{:,}".format(DISCONNECT_WAITERS), STALL_REPS), "disconnect")
     stall_row("the same, module / lock floor", "disconnect", "floor", judged=False)
+    for other, name in (("native", "BLPOP"), ("floor", "lock floor")):
+        row("the server's main thread's CPU to let the %s waiters go (ms), module / %s" % (
+            "{:,}".format(DISCONNECT_WAITERS), name),
+            [x for _, x in stalls[("disconnect", "module")]], [x for _, x in stalls[("disconnect", other)]],
+            "%.1f")
     stall_row("worst PING while %s leases end together, %s of them with a waiter (ms), median (max) of %d; "
               "module / as many plain keys expiring" % (
                   "{:,}".format(STORM_KEYS), "{:,}".format(STORM_WAITERS), STALL_REPS), "storm")

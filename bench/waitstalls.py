@@ -16,8 +16,8 @@ module's against the server's own, each run on a fresh server.
               exclusive locks, WAITERS of them, spread evenly, with a
               waiter each — LOCK.ACQUIRE ... BLOCK 0 from connections held
               by another process — then every lease set to end at that
-              moment with LOCK.EXTEND; native: plain keys SET ... PXAT, no
-              waiters). The window runs from 100 ms before that moment
+              moment with LOCK.EXTEND; native: plain keys, SET then
+              PEXPIREAT, no waiters). The window runs from 100 ms before that moment
               until every waiter is granted and every other key is gone
               (native: every key is gone), plus 300 ms.
 """
@@ -96,13 +96,22 @@ def _pinger(port):
         os.sched_setaffinity(0, mine)
 
 
+def _main_thread_cpu_s(pid):
+    """CPU time of the server's main thread, to the nanosecond (schedstat;
+    /proc/PID/stat counts in clock ticks of 10 ms)."""
+    with open("/proc/%d/task/%d/schedstat" % (pid, pid)) as f:
+        return int(f.read().split()[0]) / 1e9
+
+
 def _clients(c):
     info = c.info("clients")
     return int(info["connected_clients"]), int(info["blocked_clients"])
 
 
 def disconnect_run(server, side, n, cpus):
-    """(worst PING in ms, seconds until the server let them all go)."""
+    """(worst PING in ms, CPU of the server's main thread in ms until it let
+    them all go: on an idle machine the stall is about that long, and other
+    load moves the CPU time much less than the PING)."""
     c = server.c
     c.call("DEL", "md")
     if side == "module":
@@ -126,16 +135,17 @@ def disconnect_run(server, side, n, cpus):
                 holder.kill()
                 time.sleep(0.05)
             finally:
+                cpu0 = _main_thread_cpu_s(server.pid)
                 t0 = time.monotonic()
                 os.kill(server.pid, signal.SIGCONT)
             # The control connection and the PING one are left.
             wait_for("the waiters to go", lambda: _clients(c) == (2, 0))
-            t1 = time.monotonic()
+            t1, cpu1 = time.monotonic(), _main_thread_cpu_s(server.pid)
             time.sleep(TAIL_S)
     c.call("DEL", "md")
     # A PING sent while the server was stopped counts from its resumption.
     waits = [t + rtt - max(t, t0) for t, rtt in p.finish() if t + rtt >= t0 and t <= t1 + TAIL_S]
-    return max(waits) * 1000, t1 - t0
+    return max(waits) * 1000, (cpu1 - cpu0) * 1000
 
 
 def _timed(c, keys, command):
@@ -152,16 +162,21 @@ def _timed(c, keys, command):
 def storm_run(server, side, keys, waiters, cpus, lead_ms):
     """(worst PING in ms, seconds from the lease end until all was done).
 
-    The module's locks are taken with a long lease, their waiters blocked,
-    and then every lease is set to end at one moment (LOCK.EXTEND with the
-    time left), so that setting up the waiters takes no part of the lead."""
+    The keys are made with a long lease, the module's waiters blocked, and
+    then every lease set to end at one moment (the module: LOCK.EXTEND with
+    the time left; native: PEXPIREAT), with a lead of twice the time making
+    the keys took, at least lead_ms."""
     c = server.c
     step = keys // waiters
     commands = []
+    t = time.monotonic()
     if side == "module":
         _timed(c, keys, lambda i: ["LOCK.ACQUIRE", "st:%d" % i, "h", "PX", 600000])
         commands = [encode(["LOCK.ACQUIRE", "st:%d" % (i * step), "w%d" % i, "PX", 600000, "BLOCK", 0])
                     for i in range(waiters)]
+    else:
+        _timed(c, keys, lambda i: ["SET", "st:%d" % i, "v", "PX", 600000])
+    lead_ms = max(lead_ms, int((time.monotonic() - t) * 2000) + 1000)
     with Holder(server.port, commands, cpus):
         wait_for("the waiters", lambda: _clients(c)[1] >= len(commands))
         at = server_ms(c) + lead_ms
@@ -171,10 +186,13 @@ def storm_run(server, side, keys, waiters, cpus, lead_ms):
             def extend(i):
                 if i % 2000 == 0:
                     batch_px["px"] = at - server_ms(c)
+                    if batch_px["px"] < 300:
+                        raise RuntimeError("module: setting the leases took longer than the lead of %d ms"
+                                           % lead_ms)
                 return ["LOCK.EXTEND", "st:%d" % i, "h", "PX", batch_px["px"]]
             _timed(c, keys, extend)
         else:
-            _timed(c, keys, lambda i: ["SET", "st:%d" % i, "v", "PXAT", at])
+            _timed(c, keys, lambda i: ["PEXPIREAT", "st:%d" % i, at])
         if server_ms(c) > at - 300:
             raise RuntimeError("%s: setting the leases took longer than the lead of %d ms" % (side, lead_ms))
         with _pinger(server.port) as p:
