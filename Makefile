@@ -94,8 +94,10 @@ bench: build
 # targets (random driver, and libFuzzer via cargo-fuzz), the command fuzzer with many
 # more cases, an integration subset under valgrind, cargo-mutants over the core's unit
 # tests, the upgrade tests (as make upgrade-test), the random operations soak (plain and in
-# Redis Cluster with slots moving) and the long integration tests; prints a summary at the
-# end. About 35 minutes on 2 cores, plus twice STRESS_SOAK_SECS (150) per server for the soak
+# Redis Cluster with slots moving), the long integration tests and the failover soak
+# (Sentinel; kill -9, SIGSTOP/SIGCONT and a cut replication link under the Python client,
+# about 8 minutes: STRESS_FAILOVER_SECS, 480, of faults); prints a summary at the end.
+# About 45 minutes on 2 cores, plus twice STRESS_SOAK_SECS (150) per server for the soak
 # (3 more the first time, to build the previous release); loopback only.
 .PHONY: stress
 stress: build

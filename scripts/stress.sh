@@ -23,9 +23,16 @@
 #                  STRESS_SOAK_SECS (default 150) each, twice (plain and Cluster) on each
 #                  server of the matrix, seed STRESS_SEED
 #   9. long tests  integration tests too slow for make test (REDISLOCK_LONG_TESTS=1)
+#  10. failover    stress/failover_soak.py: Sentinel over a master and two replicas with AOF,
+#                  workers on the Python client writing to a resource that checks fences, faults
+#                  kill -9, SIGSTOP/SIGCONT (split brain) and a cut replication link, in legs
+#                  fences only, min-replicas-to-write, replicas=1 and both; STRESS_FAILOVER_SECS
+#                  of faults (default 480, about 8 minutes in all), up to STRESS_FAILOVER_ROUNDS
+#                  of each fault per leg (default 3), on STRESS_FAILOVER_SERVER (default
+#                  /usr/bin/redis-server); its table goes into the summary
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
-# found a problem; every step runs regardless. Loopback only; about 15 minutes on 2 cores, plus
+# found a problem; every step runs regardless. Loopback only; about 25 minutes on 2 cores, plus
 # about 20 for the mutants and twice STRESS_SOAK_SECS per server for the soak.
 set -uo pipefail
 
@@ -48,6 +55,9 @@ VALGRIND=${STRESS_VALGRIND:-1}
 MUTANTS=${STRESS_MUTANTS:-1}
 SOAK_SECS=${STRESS_SOAK_SECS:-150}
 SEED=${STRESS_SEED:-$(date +%s)}
+FAILOVER_SECS=${STRESS_FAILOVER_SECS:-480}
+FAILOVER_ROUNDS=${STRESS_FAILOVER_ROUNDS:-3}
+FAILOVER_SERVER=${STRESS_FAILOVER_SERVER:-$(command -v redis-server)}
 
 declare -a summary=()
 failed=0
@@ -318,6 +328,33 @@ if REDISLOCK_LONG_TESTS=1 cargo test --release --test suite resharding:: >"$logs
 else
     tail -20 "$logs/long-tests.log"
     fail "long tests; see $logs/long-tests.log"
+fi
+
+# 10. Failover soak -------------------------------------------------------------------------
+note "failover soak: Sentinel, ${FAILOVER_SECS}s of faults, up to $FAILOVER_ROUNDS rounds of each, seed $SEED"
+t0=$(date +%s)
+log="$logs/failover.log"
+if ! scripts/clients.sh >"$logs/failover-clients.log" 2>&1; then
+    tail -5 "$logs/failover-clients.log"
+    fail "failover soak: the Python client's libraries could not be installed; see $logs/failover-clients.log"
+else
+    # The soak stops itself after its time; the timeout catches a wait that never ends.
+    timeout --kill-after=10 $((FAILOVER_SECS + 300)) target/pyenv/bin/python stress/failover_soak.py \
+        --server "$FAILOVER_SERVER" --secs "$FAILOVER_SECS" --rounds "$FAILOVER_ROUNDS" --seed "$SEED" \
+        --logs "$logs/failover" >"$log" 2>&1
+    rc=$?
+    table=$(sed -n '/^| leg/,/^$/p' "$log")
+    echo "$table"
+    grep -h "^VIOLATION\|^FAILOVER-SUMMARY" "$log" || tail -20 "$log"
+    label=$("$FAILOVER_SERVER" --version | cut -d' ' -f1-3)
+    if [ $rc -eq 0 ]; then
+        result "failover soak on $label: $(field FAILOVER-SUMMARY "$log" failovers) failovers, $(field FAILOVER-SUMMARY "$log" grants) grants, $(field FAILOVER-SUMMARY "$log" lost) acknowledged grants lost (none where replicas=1 must keep them), 0 stale writes accepted [$(elapsed $t0)s]:"
+    else
+        fail "failover soak on $label (exit $rc): $(grep -h "^VIOLATION" "$log" | paste -sd';')$(grep -h "harness failure" "$log"); see $log [$(elapsed $t0)s]"
+    fi
+    while IFS= read -r line; do
+        [ -n "$line" ] && summary+=("  $line")
+    done <<<"$table"
 fi
 
 note "stress summary ($(elapsed $start_all)s, seed $SEED, logs in $logs)"
