@@ -11,7 +11,8 @@
 #                with --loadmodule, the same smoke test
 #   wheel        pip install into a fresh venv (with the redis-py the tests pin); the sdist's
 #                examples/quickstart.py run with it against each server; a wheel built from the
-#                sdist has the same files
+#                sdist has the same files; pip install ./clients/python (the checkout) writes
+#                nothing into the checkout
 #   npm tarball  npm install into a fresh folder (with the ioredis the tests pin); the
 #                package's version, and examples/quickstart.js run with it against each server
 # Ends with "dist-check: N passed, M failed"; exits 1 if any check failed. Loopback only; every
@@ -196,6 +197,17 @@ sdist_builds_the_wheel() {
     diff <(unzip -Z1 "$wheel" | sort) <(unzip -Z1 "$tmp/fromsdist/$(basename "$wheel")" | sort)
 }
 
+# pip install ./clients/python, from the checkout itself, writes nothing into it (no build/, no
+# *.egg-info, no bytecode).
+source_install_leaves_the_tree_alone() {
+    local before after
+    before=$(find clients/python -path '*/__pycache__' -prune -o -path '*/.pytest_cache' -prune -o -print | sort)
+    "$tmp/venv/bin/pip" install --disable-pip-version-check --no-input -q --no-deps --force-reinstall \
+        ./clients/python || return 1
+    after=$(find clients/python -path '*/__pycache__' -prune -o -path '*/.pytest_cache' -prune -o -print | sort)
+    diff <(echo "$before") <(echo "$after")
+}
+
 npm_installs() {
     mkdir -p "$tmp/node"
     echo '{ "private": true }' >"$tmp/node/package.json"
@@ -240,6 +252,8 @@ for server in $servers; do
     check ".deb module on $(label "$server")" deb_loads "$i" "$server"
     check "Python and Node.js quickstarts on $(label "$server")" quickstarts_run "$i" "$server"
 done
+# Last: it replaces the wheel's package in the venv.
+check "pip install ./clients/python writes nothing into the checkout" source_install_leaves_the_tree_alone
 echo "dist-check of redislock $version took $(($(date +%s) - started)) s"
 echo "dist-check: $passed passed, $failed failed"
 [ "$failed" = 0 ]
