@@ -163,10 +163,74 @@ export declare class Locker {
    * otherwise. The command's reply and errors are the client library's own.
    */
   fenced(gate: string, fence: bigint | number | string, ...command: Arg[]): Promise<unknown>;
+  /**
+   * A candidate of the election `name`: at most one candidate leads at a time, in a term that is a
+   * fencing token. Nothing is sent until campaign(), leader() or observe().
+   */
+  election(name: string | Buffer, opts?: ElectionOptions): Election;
   /** True if the server knows the command. */
   supports(command: string): Promise<boolean>;
   /** Ends the waits in progress (they reject with LockError), then closes the connections the locker opened (not the client it was given). */
   quit(): Promise<void>;
+}
+
+export interface ElectionOptions {
+  /**
+   * The lease of a term, in ms (default 10000), renewed every third of it until resign(): a leader
+   * cut off from the server is signalled lost, and succeeded, within one lease.
+   */
+  leaseMs?: number;
+  /** Public data kept with the term and shown to every observer (an address, a host name): 1 to 4096 bytes. */
+  data?: string | Buffer;
+  /**
+   * Called once when leadership is lost: a renewal found the term gone, or the lease clock ran out
+   * before a renewal was answered — before the server can grant the next term. `signal` aborts just before.
+   */
+  onLost?: (error: LockLostError, election: Election) => void;
+  /** A term is granted only once this many replicas acknowledged it, as for acquire() (NotReplicatedError otherwise). */
+  replicas?: number;
+  /** How long each WAIT may wait, in ms. Default 1000. */
+  replicasTimeoutMs?: number;
+}
+
+/** Who leads: the term (the fence of the leader's grant) and the leader's data (null when it gave none). */
+export interface Leader {
+  term: bigint;
+  data: Buffer | null;
+}
+
+export declare class Election {
+  readonly name: string | Buffer;
+  readonly leaseMs: number;
+  /** The candidate's data, as sent. */
+  readonly data: Buffer | null;
+  /** This candidate leads: its term was granted, not resigned, and its lease clock has not run out. */
+  readonly isLeader: boolean;
+  /** The term this candidate leads in, or null. */
+  readonly term: bigint | null;
+  /** The latest term's lease clock: aborted (reason: a LockLostError) when leadership is lost. Null before the first term. */
+  readonly signal: AbortSignal | null;
+  /** The hold of the latest term (for hold.call()), or null before the first. */
+  readonly hold: Hold | null;
+  /**
+   * Waits in the server until this candidate leads (LOCK.ACQUIRE … EPHEMERAL DATA … BLOCK, first
+   * come, first served among the candidates) and resolves with the term, greater than every term
+   * before it; at once if it leads already. The term is renewed every third of `leaseMs` until
+   * resign(). `signal` ends the wait (the call rejects with its reason).
+   */
+  campaign(opts?: { signal?: AbortSignal }): Promise<bigint>;
+  /** As above; `wait` (ms): null if not elected by then (0: without waiting). */
+  campaign(opts: { signal?: AbortSignal; wait: number }): Promise<bigint | null>;
+  /** Ends the term: true if this candidate still led, false if it did not lead or its term was lost. */
+  resign(): Promise<boolean>;
+  /** Who leads now (LOCK.INFO), or null when nobody does. */
+  leader(): Promise<Leader | null>;
+  /**
+   * Each new leader as it is granted (LOCK.OBSERVE … AFTER … BLOCK): the current one first, then every
+   * later one, terms strictly increasing, through reconnects. Rejects with the signal's reason when
+   * `signal` aborts, with LockError when the locker quits, with UnsupportedError on a server without LOCK.OBSERVE.
+   */
+  observe(opts?: { signal?: AbortSignal }): AsyncIterableIterator<Leader>;
 }
 
 export declare class LockError extends Error {

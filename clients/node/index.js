@@ -17,6 +17,7 @@ const {
   NotReplicatedError,
 } = require("./errors");
 const durable = require("./durable");
+const { Election } = require("./election");
 // The release, one number for the module and both clients (Cargo.toml's; a test checks they agree).
 const { version } = require("./package.json");
 
@@ -1048,7 +1049,7 @@ class Locker {
    * node that serves the key, with the time left; it never outlives `wait` by more than the
    * network's round trip.
    */
-  async tryAcquire(name, ttlMs, opts = {}) {
+  async tryAcquire(name, ttlMs, opts = {}, extra = null) {
     checkName(name);
     positiveMs(ttlMs, "ttlMs");
     if (opts === null || typeof opts !== "object") throw new TypeError(`the options must be an object, not ${shown(opts)}`);
@@ -1057,7 +1058,9 @@ class Locker {
     if (signal && signal.aborted) throw abortReason(signal);
     if (opts.onLost !== undefined && typeof opts.onLost !== "function") throw new TypeError(`onLost must be a function, not ${shown(opts.onLost)}`);
     const token = opts.token === undefined ? newToken() : String(opts.token);
-    const args = ["LOCK.ACQUIRE", name, token, "PX", ttlMs, ...modeArgs(opts)];
+    // `extra` (an election's campaign): { args } more options (DATA), { keep } receives the
+    // connection that waited for the grant, kept out of the pool (the hold is bound to it).
+    const args = ["LOCK.ACQUIRE", name, token, "PX", ttlMs, ...modeArgs(opts), ...(extra ? extra.args : [])];
     const wait = opts.wait === undefined ? 0 : opts.wait;
     if (!(wait === 0 || wait === Infinity || (typeof wait === "number" && wait > 0))) {
       throw new (typeof wait === "number" ? RangeError : TypeError)(`wait must be a number of milliseconds, not ${shown(wait)}`);
@@ -1076,7 +1079,7 @@ class Locker {
         throw translate(err, name, "acquire");
       }
     } else {
-      reply = await this.waitFor(name, args, wait, signal, follow);
+      reply = await this.waitFor(name, args, wait, signal, follow, extra && extra.keep);
     }
     let grant = parseGrant(unwrap(reply), name);
     if (!grant) return null;
@@ -1095,7 +1098,7 @@ class Locker {
   }
 
   // A wait in the server, on a connection of its own (never the one other commands go through).
-  async waitFor(name, args, wait, signal, follow = null) {
+  async waitFor(name, args, wait, signal, follow = null, keep = null) {
     const deadline = wait === Infinity ? Infinity : now() + wait;
     const conns = this.conns;
     let requeued = false;
@@ -1147,6 +1150,7 @@ class Locker {
       if (signal) signal.addEventListener("abort", onAbort, { once: true });
       this.waits.add(stop);
       let healthy = false;
+      let kept = false;
       try {
         const answer = conn.call([...args, "BLOCK", left], asking);
         const bound = deadline === Infinity ? Infinity : deadline + WAIT_GRACE_MS - now();
@@ -1170,6 +1174,7 @@ class Locker {
           throw reason;
         }
         healthy = true;
+        kept = keep !== null && reply != null;
         if (!follow) return reply;
         // WAIT/WAITAOF on the connection that waited: it counts the grant's write, made by the
         // call that handed the lock over.
@@ -1208,7 +1213,8 @@ class Locker {
       } finally {
         this.waits.delete(stop);
         if (signal) signal.removeEventListener("abort", onAbort);
-        conn.done(healthy);
+        if (kept) keep.lent = conn; // a hold bound to it: the caller gives it back (done) or closes it (drop)
+        else conn.done(healthy);
       }
     }
   }
@@ -1279,6 +1285,15 @@ class Locker {
     }
   }
 
+  /**
+   * A candidate of the election `name` (see election.js): `leaseMs` (default 10000), `data` (a
+   * string or Buffer of 1 to 4096 bytes, shown to observers), `onLost(err, election)`, `replicas`,
+   * `replicasTimeoutMs`.
+   */
+  election(name, opts = {}) {
+    return new Election(this, name, opts, ELECTION_TOOLS);
+  }
+
   /** True if the server knows `command` (sent with no arguments: an arity error means yes). */
   async supports(command) {
     try {
@@ -1298,10 +1313,27 @@ class Locker {
   }
 }
 
+/** What election.js uses of this module. */
+const ELECTION_TOOLS = {
+  now,
+  pause,
+  within,
+  isReply,
+  isUnsupported,
+  abortReason,
+  checkName,
+  positiveMs,
+  shown,
+  LockTimeoutError,
+  COMMAND_TIMEOUT_MS,
+  WAIT_GRACE_MS,
+};
+
 module.exports = {
   version,
   Locker,
   Hold,
+  Election,
   LockError,
   LockBusyError,
   LockLostError,

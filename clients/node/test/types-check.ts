@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
 import Redis, { Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
-import { Locker, Hold, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
+import { Locker, Hold, Election, Leader, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
 
 declare const client: Redis;
 
@@ -71,3 +71,26 @@ async function uses(): Promise<bigint> {
 }
 
 void uses;
+
+async function elections(): Promise<bigint> {
+  const locker = new Locker(client);
+  const election: Election = locker.election("election:scheduler", { leaseMs: 5000, data: "10.0.0.5:8080", onLost: (err: LockLostError, e: Election) => void [err, e.name] });
+  const term: bigint = await election.campaign();
+  const maybe: bigint | null = await election.campaign({ wait: 1000 });
+  // @ts-expect-error with `wait`, the term may be null
+  const notSure: bigint = await election.campaign({ wait: 1000 });
+  const stop = new AbortController();
+  for await (const leader of election.observe({ signal: stop.signal })) {
+    const data: Buffer | null = leader.data;
+    if (leader.term > term && data) break;
+  }
+  const now: Leader | null = await election.leader();
+  const leading: boolean = election.isLeader;
+  const signal: AbortSignal | null = election.signal;
+  // @ts-expect-error data is a string or a Buffer
+  locker.election("election:x", { data: 7 });
+  void maybe, notSure, now, leading, signal;
+  return (await election.resign()) ? term : 0n;
+}
+
+void elections;

@@ -1,0 +1,294 @@
+// Leader election: locker.election(name, { leaseMs, data, onLost }) (see index.d.ts and
+// docs/clients.md). A candidate is a hold of the locker taken EPHEMERAL with the candidate's
+// public data (DATA), waiting in the server (first come, first served among the candidates) and
+// renewed every third of its lease until resign(): campaign() is its acquire, the term is its
+// fence, its lease clock (signal, onLost) says when leadership may be gone, resign() is its
+// release. The term is bound to a connection of the locker's own that is kept for it (not lent
+// to other waits meanwhile): when the process dies, the connection closes and the server hands
+// the term to the next candidate at once; when the term is lost, that connection is closed, so
+// that whatever the server may still have of it ends as soon as the server hears of it.
+//
+// Observation is decided in `Observation` (no I/O): the first LOCK.OBSERVE asks for the current
+// holder, each later one waits in the server AFTER the fence last seen (a change made while the
+// observer was away or reconnecting is answered at once); a holder is given out only when its
+// fence is above every term given out before (so never "nobody", [0, nil], nor an older term).
+"use strict";
+
+const { LockError, UnsupportedError } = require("./errors");
+
+/** The lease of a term unless the election is given another (ms): a leader cut off from the server is succeeded within it. */
+const DEFAULT_LEASE_MS = 10000;
+
+/** The bounds of DATA (bytes), as the server has them. */
+const MAX_DATA = 4096;
+
+/**
+ * The longest one LOCK.OBSERVE … BLOCK waits before it is sent again (ms): an observer whose
+ * connection went silent (a partition) finds out within this (plus the read's grace) and reconnects.
+ */
+const OBSERVE_BLOCK_MS = 5000;
+
+/** The pauses between tries of an observation that failed: the first, doubled up to the last. */
+const RETRY_FIRST_MS = 50;
+const RETRY_MOST_MS = 1000;
+
+/** Answers that say "not now": the observation looks the key's node up again and tries again after a pause. */
+const NOT_NOW = /^(MOVED|ASK|TRYAGAIN|CLUSTERDOWN|LOADING|BUSY|MASTERDOWN)\b/;
+
+function dataArg(data) {
+  if (data === undefined || data === null) return null;
+  let value;
+  if (typeof data === "string") value = Buffer.from(data);
+  else if (Buffer.isBuffer(data)) value = data;
+  else throw new TypeError(`data must be a string or a Buffer, not a value of type ${typeof data}`);
+  if (value.length < 1 || value.length > MAX_DATA) throw new RangeError(`data must be 1 to ${MAX_DATA} bytes, not ${value.length}`);
+  return value;
+}
+
+/** Where one observer stands: the fence last seen (sent as AFTER), the highest term given out, its failures in a row. */
+class Observation {
+  constructor(blockMs = OBSERVE_BLOCK_MS) {
+    this.blockMs = blockMs;
+    this.seen = null;
+    this.last = 0n;
+    this.failures = 0;
+  }
+
+  /** The first: the current holder, at once. Then: a wait in the server until the holder differs from the one last seen. */
+  args(name) {
+    if (this.seen === null) return ["LOCK.OBSERVE", name];
+    return ["LOCK.OBSERVE", name, "AFTER", this.seen.toString(), "BLOCK", this.blockMs];
+  }
+
+  /**
+   * The leader to give out ({ term, data }), or null: the wait ended without a change (nil), nobody
+   * holds the key ([0, nil]), or the fence is not above the last term given out.
+   */
+  answer(reply) {
+    this.failures = 0;
+    if (reply === null || reply === undefined) return null;
+    if (!Array.isArray(reply) || reply.length !== 2) throw new LockError(`unexpected LOCK.OBSERVE reply: ${reply}`);
+    const fence = BigInt(String(reply[0]));
+    this.seen = fence;
+    if (fence <= this.last) return null;
+    this.last = fence;
+    const data = reply[1];
+    return { term: fence, data: data === null || data === undefined ? null : Buffer.isBuffer(data) ? data : Buffer.from(String(data)) };
+  }
+
+  /** The pause before trying again after a failure (ms). */
+  failed() {
+    const pauseMs = Math.min(RETRY_FIRST_MS * 2 ** this.failures, RETRY_MOST_MS);
+    this.failures++;
+    return pauseMs;
+  }
+}
+
+/** LOCK.INFO's reply (RESP2 flat array or RESP3 map) as [key, value] pairs with string keys. */
+function pairs(reply) {
+  const out = [];
+  if (reply instanceof Map) for (const [k, v] of reply) out.push([String(k), v]);
+  else for (let i = 0; i + 1 < reply.length; i += 2) out.push([String(reply[i]), reply[i + 1]]);
+  return out;
+}
+
+/** Who LOCK.INFO shows leading: the holder's { term, data } (of a key of another kind, its holder with the highest fence), or null. */
+function leaderOf(reply) {
+  if (reply === null || reply === undefined) return null;
+  const fields = new Map(pairs(reply));
+  const toData = (v) => (v === undefined || v === null ? null : Buffer.isBuffer(v) ? v : Buffer.from(String(v)));
+  if (fields.has("fence") && fields.has("token")) return { term: BigInt(String(fields.get("fence"))), data: toData(fields.get("data")) };
+  let top = null;
+  for (const h of fields.get("holders") || []) {
+    const holder = new Map(pairs(h));
+    const term = BigInt(String(holder.get("fence")));
+    if (!top || term > top.term) top = { term, data: toData(holder.get("data")) };
+  }
+  return top;
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function pauseUnless(t, ms, signal) {
+  if (!signal) return t.pause(ms);
+  return new Promise((resolve) => {
+    const done = () => {
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    signal.addEventListener("abort", done, { once: true });
+    t.pause(ms).then(done);
+  });
+}
+
+class Election {
+  /** Made by locker.election(); `tools`: the locker module's own helpers. */
+  constructor(locker, name, opts, tools) {
+    tools.checkName(name);
+    if (opts === null || typeof opts !== "object") throw new TypeError(`the options must be an object, not ${tools.shown(opts)}`);
+    this.locker = locker;
+    this.tools = tools;
+    this.name = name;
+    this.leaseMs = tools.positiveMs(opts.leaseMs === undefined ? DEFAULT_LEASE_MS : opts.leaseMs, "leaseMs");
+    /** The candidate's public data (a Buffer), or null. */
+    this.data = dataArg(opts.data);
+    if (opts.onLost !== undefined && typeof opts.onLost !== "function") throw new TypeError(`onLost must be a function, not ${tools.shown(opts.onLost)}`);
+    this.onLost = opts.onLost || null;
+    this.durable = { replicas: opts.replicas, replicasTimeoutMs: opts.replicasTimeoutMs };
+    /** The hold of the latest term (released or lost once it ended), or null before the first. */
+    this.hold = null;
+    this.kept = null; // the connection the term is bound to
+    this.campaigning = false;
+  }
+
+  /** This candidate leads: its term was granted, not resigned, and its lease clock has not run out. */
+  get isLeader() {
+    const h = this.hold;
+    return h !== null && !h.released && !h.signal.aborted && h.leaseLeft > 0;
+  }
+
+  /** The term this candidate leads in (a bigint), or null. */
+  get term() {
+    return this.isLeader ? this.hold.fence : null;
+  }
+
+  /** The latest term's lease clock: aborted (reason: a LockLostError) when leadership is lost. Null before the first term. */
+  get signal() {
+    return this.hold ? this.hold.signal : null;
+  }
+
+  /**
+   * Waits in the server until this candidate leads and resolves with the term (a bigint); at once
+   * if it leads already. `wait` (ms, default Infinity): null if not elected by then (0: without
+   * waiting). `signal` ends the wait: the call rejects with its reason.
+   */
+  async campaign({ signal, wait = Infinity } = {}) {
+    if (this.isLeader) return this.hold.fence;
+    if (this.campaigning) throw new LockError(`a campaign of this election of ${this.name} is already waiting`, this.name);
+    this.campaigning = true;
+    const keep = { lent: null };
+    let hold = null;
+    try {
+      hold = await this.locker.tryAcquire(
+        this.name,
+        this.leaseMs,
+        { wait, signal, ephemeral: true, onLost: (err, lost) => this.lost(err, lost), ...this.durable },
+        { args: this.data ? ["DATA", this.data] : [], keep },
+      );
+    } finally {
+      this.campaigning = false;
+      // Granted, then not kept (not acknowledged by the replicas, or gone already): its connection
+      // is closed, which ends whatever the server may still have of it.
+      if (!hold && keep.lent) keep.lent.drop();
+    }
+    if (!hold) return null;
+    this.hold = hold;
+    this.kept = keep.lent;
+    hold.renewEvery(this.leaseMs);
+    return hold.fence;
+  }
+
+  lost(err, hold) {
+    if (hold !== this.hold) return;
+    if (this.kept) this.kept.drop();
+    this.kept = null;
+    if (this.onLost) this.onLost(err, this);
+  }
+
+  /**
+   * Ends the term (LOCK.RELEASE): true if this candidate still led, false if it did not lead or its
+   * term was lost. LockTimeoutError without an answer: the term is kept, call it again.
+   */
+  async resign() {
+    const hold = this.hold;
+    if (!hold || hold.released) return false;
+    const wasLost = hold.signal.aborted;
+    const released = await hold.release();
+    if (this.kept) this.kept.done(true);
+    this.kept = null;
+    return released && !wasLost;
+  }
+
+  /** Who leads now (LOCK.INFO): { term, data } (data a Buffer, or null), or null when nobody does. */
+  async leader() {
+    const t = this.tools;
+    return leaderOf(await this.locker.send(["LOCK.INFO", this.name], this.name, t.COMMAND_TIMEOUT_MS, "leader"));
+  }
+
+  /**
+   * Each new leader as it is granted, { term, data }: the current one first (if any), then every
+   * later one, terms strictly increasing; nothing between two leaders. A connection that fails
+   * is opened again and the wait re-armed AFTER the fence last seen. Ends when `signal` aborts
+   * (rejecting with its reason) or the locker quits (LockError); UnsupportedError on a server
+   * without LOCK.OBSERVE.
+   */
+  observe({ signal } = {}) {
+    return this.observing(signal);
+  }
+
+  async *observing(signal) {
+    const t = this.tools;
+    const observation = new Observation();
+    for (;;) {
+      if (signal && signal.aborted) throw t.abortReason(signal);
+      if (this.locker.closed) throw new LockError("the locker was closed (quit)", this.name);
+      let reply;
+      try {
+        reply = await this.observeOnce(observation.args(this.name), signal);
+      } catch (err) {
+        if (signal && signal.aborted) throw t.abortReason(signal);
+        if (this.locker.closed) throw new LockError("the locker was closed (quit) during the observation", this.name);
+        if (t.isReply(err)) {
+          if (t.isUnsupported(err)) throw new UnsupportedError(`observe is not supported by this server: ${err.message}`, this.name);
+          if (!NOT_NOW.test(err.message)) throw err;
+        }
+        // No answer, no connection, or "not now": looked up again, and asked again after a pause.
+        this.locker.conns.refresh();
+        await pauseUnless(t, observation.failed(), signal);
+        continue;
+      }
+      const found = observation.answer(reply);
+      if (found) yield found;
+    }
+  }
+
+  // One LOCK.OBSERVE on a connection of its own: a wait holds its connection. Bounded by its BLOCK
+  // plus the grace of an answer; ended by `signal` and by quit() (the connection is closed, which
+  // the server answers by dropping the observer).
+  async observeOnce(args, signal) {
+    const t = this.tools;
+    const locker = this.locker;
+    const boundMs = (args.length > 2 ? OBSERVE_BLOCK_MS : 0) + t.WAIT_GRACE_MS + (args.length > 2 ? 0 : t.COMMAND_TIMEOUT_MS);
+    const deadline = t.now() + boundMs;
+    const timedOut = () => new t.LockTimeoutError(`observe ${this.name}: no answer within ${boundMs} ms`, this.name);
+    const lent = await t.within(locker.conns.lend(locker.conns.addressFor(this.name)), boundMs, timedOut);
+    let end;
+    const ended = new Promise((_, reject) => (end = reject));
+    ended.catch(() => {});
+    const stop = (why) => {
+      lent.drop();
+      end(why);
+    };
+    const onAbort = () => stop(t.abortReason(signal));
+    if (signal) signal.addEventListener("abort", onAbort, { once: true });
+    locker.waits.add(stop);
+    let healthy = false;
+    try {
+      if (signal && signal.aborted) throw t.abortReason(signal);
+      const reply = await t.within(Promise.race([lent.call(args), ended]), deadline - t.now(), () => {
+        lent.drop();
+        return timedOut();
+      });
+      healthy = true;
+      return reply;
+    } catch (err) {
+      healthy = t.isReply(err);
+      throw err;
+    } finally {
+      locker.waits.delete(stop);
+      if (signal) signal.removeEventListener("abort", onAbort);
+      lent.done(healthy);
+    }
+  }
+}
+
+module.exports = { Election, Observation, leaderOf, DEFAULT_LEASE_MS, OBSERVE_BLOCK_MS };
