@@ -39,6 +39,25 @@ async def drop_in(a: redis.asyncio.Redis) -> None:
     async with redislock.asyncio.Lock(a, "x", timeout=5) as lock:
         fence: int = lock.fence
         print(fence)
+
+
+from typing import Optional
+
+
+def elected(e: redislock.Election) -> int:
+    term: int = e.campaign()  # without a timeout: a term, never None
+    maybe: Optional[int] = e.campaign(5)
+    leader = e.leader()
+    for seen, data in e.observe():
+        return seen + term + (maybe or 0) + (leader.term if leader else 0) + len(data or b"")
+    return 0
+
+
+async def aelected(e: redislock.asyncio.Election) -> int:
+    term: int = await e.campaign()
+    async for leader in e.observe():
+        return leader.term + term
+    return 0
 '''
 
 
