@@ -26,7 +26,8 @@ Scenarios, each on every server of the matrix:
            Worst PING from another connection while N waiters' connections
            close at once, and while many leases end together, some with a
            waiter, against BLPOP waiters and plain keys (bench/waitstalls.py),
-           STALL_REPS runs per side on fresh servers: median and max.
+           and the floors' waiters and keys, STALL_REPS runs per side on
+           fresh servers: median and max.
 Floors, minimal modules built here with cc (bench/floor/): for the hot lock,
 lockfloor.c, the least a FIFO lock in a module can be (FLOOR.ACQUIRE /
 FLOOR.RELEASE: the owner in a module-type value with a lease, waiters
@@ -34,7 +35,8 @@ blocked with RedisModule_BlockClient and handed the lock by the release,
 the grant replicated with RedisModule_Replicate) — what the module API costs
 a blocking handoff; for memory, blockfloor.c, whose command only blocks the
 client and is unblocked all at once — what the server spends per module
-waiter whatever the module does.
+waiter whatever the module does; for keys that expire, typefloor.c, a
+module type that keeps only a token.
 Ratio = module / native or module / floor (lower is better). Servers pinned
 to CPU 0 and the clients to CPU 1 when run.sh passes the CPUs.
 
@@ -287,14 +289,13 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
         for side in alternate(i, ("module", "floor")):
             pool[(n, side)] = on_fresh_server(lambda s: memory_run(s, side, n))[1]
             log("pool %d" % n, side, pool[(n, side)])
-    stalls = {(scenario, side): [] for scenario in ("disconnect", "storm") for side in ("module", "native", "floor")}
+    stalls = {(scenario, side): [] for scenario in ("disconnect", "storm")
+              for side in ("module", "native", "floor")}
     for rep in range(STALL_REPS):
         for side in alternate(rep, ("module", "native", "floor")):
             got = on_fresh_server(lambda s: disconnect_run(s, side, DISCONNECT_WAITERS, client_cpus))
             stalls[("disconnect", side)].append(got)
             log("disconnect %d" % (rep + 1), side, "worst PING %.1f ms, server CPU %.1f ms" % got)
-            if side == "floor":
-                continue
             got = on_fresh_server(lambda s: storm_run(s, side, STORM_KEYS, STORM_WAITERS, client_cpus,
                                                       STORM_LEAD_MS))
             stalls[("storm", side)].append(got)
@@ -374,6 +375,8 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
     stall_row("worst PING while %s leases end together, %s of them with a waiter (ms), median (max) of %d; "
               "module / as many plain keys expiring" % (
                   "{:,}".format(STORM_KEYS), "{:,}".format(STORM_WAITERS), STALL_REPS), "storm")
+    stall_row("the same, module / as many keys of a minimal module type expiring (no waiters)", "storm", "floor",
+              judged=False)
     return version, rows
 
 
@@ -394,13 +397,13 @@ def main():
     if a.client_cpus:
         os.sched_setaffinity(0, {int(c) for c in a.client_cpus.split(",")})
     work = tempfile.mkdtemp(prefix="redislock-waiting.")
-    floors = [build_floor(work, "blockfloor"), build_floor(work, "lockfloor")]
+    floors = [build_floor(work, name) for name in ("blockfloor", "lockfloor", "typefloor")]
     capped = [n for n in POOL_WANTED if n > POOL_MAX]
     lines = [
         "# Waiting: the module against a BLPOP mutex",
         "",
         "Written by `bench/waiting.py` (`make bench`, or `BENCH_ONLY=waiting bench/run.sh`): all sides on one",
-        "server process with the module and both floors loaded, a fresh one per run, %d runs per side," % REPS,
+        "server process with the module and the floors loaded, a fresh one per run, %d runs per side," % REPS,
         "alternating; medians. Module side: `LOCK.ACQUIRE hot <token> PX 10000 BLOCK 5000` then",
         "`LOCK.RELEASE`; native side: `BLPOP hot 5` then `RPUSH hot <token>`; lock floor",
         "(bench/floor/lockfloor.c): `FLOOR.ACQUIRE hot <token> 0` (no deadline) then `FLOOR.RELEASE` — the",
@@ -408,8 +411,10 @@ def main():
         "handed the lock by the release with `RedisModule_UnblockClient`, each grant replicated as its effect",
         "(`FLOOR.APPLY key token fence unix-ms`, `RedisModule_Replicate`). Memory floor:",
         "bench/floor/blockfloor.c, a command that only blocks. Ratio = module / the other side.",
-        "Stall rows: fresh servers, %d runs per side; the difference is module − native, of the medians" % STALL_REPS,
-        "(of the maxima).",
+        "Stall rows (bench/waitstalls.py): fresh servers, %d runs per side; the difference is module − the" % STALL_REPS,
+        "other side, of the medians (of the maxima). Waiters' connections close while the server is stopped",
+        "(SIGSTOP, then SIGCONT), so that it finds them all closed at once; the expiry floor is",
+        "bench/floor/typefloor.c (a module type that keeps only a token).",
         "",
     ]
     if capped:

@@ -17,7 +17,9 @@ module's against the server's own, each run on a fresh server.
               waiter each — LOCK.ACQUIRE ... BLOCK 0 from connections held
               by another process — then every lease set to end at that
               moment with LOCK.EXTEND; native: plain keys, SET then
-              PEXPIREAT, no waiters). The window runs from 100 ms before that moment
+              PEXPIREAT, no waiters; floor: keys of a minimal module type,
+              bench/floor/typefloor.c's FLOOR.SET then PEXPIREAT, no
+              waiters — what any module-typed key costs as it expires). The window runs from 100 ms before that moment
               until every waiter is granted and every other key is gone
               (native: every key is gone), plus 300 ms.
 """
@@ -167,13 +169,15 @@ def storm_run(server, side, keys, waiters, cpus, lead_ms):
     the time left; native: PEXPIREAT), with a lead of twice the time making
     the keys took, at least lead_ms."""
     c = server.c
-    step = keys // waiters
+    step = keys // max(1, waiters)
     commands = []
     t = time.monotonic()
     if side == "module":
         _timed(c, keys, lambda i: ["LOCK.ACQUIRE", "st:%d" % i, "h", "PX", 600000])
         commands = [encode(["LOCK.ACQUIRE", "st:%d" % (i * step), "w%d" % i, "PX", 600000, "BLOCK", 0])
                     for i in range(waiters)]
+    elif side == "floor":
+        _timed(c, keys, lambda i: ["FLOOR.SET", "st:%d" % i, "h", "PX", 600000])
     else:
         _timed(c, keys, lambda i: ["SET", "st:%d" % i, "v", "PX", 600000])
     lead_ms = max(lead_ms, int((time.monotonic() - t) * 2000) + 1000)
