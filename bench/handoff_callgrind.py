@@ -29,11 +29,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from resp import Redis, free_port  # noqa: E402
+from resp import Redis, encode, free_port  # noqa: E402
+from stalls import wait_for  # noqa: E402
 from waiting import build_floor  # noqa: E402
+from waitstalls import Holder  # noqa: E402
 
 WORKERS = 8
 KEY = "hot"
+DISCONNECT_WAITERS = 5000
 
 # The module API's entry points and the server's blocking machinery
 # (Redis names them RM_*, Valkey VM_*; matched by suffix).
@@ -58,6 +61,16 @@ PARTS = [
     ("replies", ["M_ReplyWithArray", "M_ReplyWithStringBuffer", "M_ReplyWithLongLong",
                  "M_ReplyWithNull", "M_ReplyWithSimpleString", "M_ReplyWithString"]),
     ("allocation (the module's, through the server)", ["M_Alloc", "M_Free", "M_Realloc", "M_Calloc"]),
+]
+
+
+# What letting a waiter go costs, by part (inclusive).
+GONE_PARTS = [
+    ("free the client (all of it)", ["freeClient"]),
+    ("unblock it (the blocked command's own cleanup)", ["unblockClient"]),
+    ("the module's disconnect callback", ["on_disconnect"]),
+    ("serve unblocked clients (module API)", ["moduleHandleBlockedClients"]),
+    ("timer passes (module)", ["moduleTimerHandler"]),
 ]
 
 
@@ -127,6 +140,32 @@ class Profiled:
         if done != WORKERS * per_worker:
             raise RuntimeError("%s: %d of %d sections" % (side, done, WORKERS * per_worker))
         return done
+
+    def clients(self):
+        info = self.c.info("clients")
+        return int(info["connected_clients"]), int(info["blocked_clients"])
+
+    def measure_disconnect(self, side, n):
+        """N waiters whose connections all close (their process killed)."""
+        self.c.call("DEL", "md")
+        if side == "module":
+            self.c.call("LOCK.ACQUIRE", "md", "holder", "PX", 600000)
+            commands = [encode(["LOCK.ACQUIRE", "md", "w%d" % i, "PX", 600000, "BLOCK", 0]) for i in range(n)]
+        elif side == "floor":
+            self.c.call("FLOOR.ACQUIRE", "md", "holder", 0)
+            commands = [encode(["FLOOR.ACQUIRE", "md", "w%d" % i, 0]) for i in range(n)]
+        else:
+            commands = [encode(["BLPOP", "md", 0])] * n
+        with Holder(self.port, commands, "") as holder:
+            wait_for("the waiters", lambda: self.clients()[1] >= n, 600)
+            self.control("-i", "on")
+            self.control("-z")
+            holder.kill()
+            wait_for("the waiters to go", lambda: self.clients() == (1, 0), 600)
+            self.control("-d", "disconnect-" + side)
+            self.control("-i", "off")
+        self.c.call("DEL", "md")
+        return n
 
     def stop(self):
         try:
@@ -229,9 +268,11 @@ def report(server, module, floor, work, per_worker):
     p = Profiled(server, module, floor, prof_dir)
     try:
         n = {side: p.measure(side, per_worker) for side in ("module", "floor", "floor-timeout", "native")}
+        gone = {side: p.measure_disconnect(side, DISCONNECT_WAITERS) for side in ("module", "floor", "native")}
     finally:
         p.stop()
     paths = dumps(prof_dir)
+    gone_incl = {side: profile(paths["disconnect-" + side], True) for side in gone}
     incl = {side: profile(paths[side], True) for side in n}
     excl = {side: profile(paths[side], False) for side in n}
     ncalls = {side: calls(paths[side]) for side in ("module", "floor")}
@@ -296,6 +337,22 @@ def report(server, module, floor, work, per_worker):
         short = name if len(name) <= 90 else name[:87] + "..."
         lines.append("| `{}` | {} | {:,.0f} | {:,.0f} | {:+,.0f} |".format(short.replace("|", "\\|"), obj_name(obj),
                                                                          m, f, d))
+
+    lines += ["", "Letting %s waiters go at once (the process holding their connections killed; module: "
+              "`LOCK.ACQUIRE md <token> PX 600000 BLOCK 0` behind a held lock, floor: `FLOOR.ACQUIRE md "
+              "<token> 0`, BLPOP: `BLPOP md 0`), whole server, instructions per waiter; the kernel's part of "
+              "closing the connections, the same for every side, is not counted:" % "{:,}".format(
+                  DISCONNECT_WAITERS), "",
+              "| module | lock floor | BLPOP | module / floor | module / BLPOP |", "|---|---|---|---|---|"]
+    gm, gf, gn = (gone_incl[s_][0] / gone[s_] for s_ in ("module", "floor", "native"))
+    lines.append("| {:,.0f} | {:,.0f} | {:,.0f} | {:.2f} | {:.2f} |".format(gm, gf, gn, gm / gf, gm / gn))
+    lines += ["", "Where they go, inclusive, per waiter (the module's disconnect callback, the server freeing "
+              "the client):", "", "| part | module | lock floor | BLPOP |", "|---|---|---|---|"]
+    for title, suffixes in GONE_PARTS:
+        vals = [sum(v for (name, _), v in gone_incl[s_][1].items() if any(name.endswith(x) for x in suffixes))
+                / gone[s_] for s_ in ("module", "floor", "native")]
+        if any(vals):
+            lines.append("| {} | {:,.0f} | {:,.0f} | {:,.0f} |".format(title, *vals))
     return lines
 
 
