@@ -84,7 +84,8 @@ dist-check:
 # mutex, on throw-away servers started by the script (loopback, free ports).
 # Writes bench/results.md, results-raw.txt, stalls.md, callgrind.md, native.md,
 # native-raw.txt, waiting.md and million.md; the suite, stalls, native, waiting and million parts
-# take about 32 minutes, best on an otherwise idle machine.
+# take about 50 minutes on the four servers (waiting about 24 of them, million about 8), best on
+# an otherwise idle machine.
 # BENCH_ONLY=waiting (or million, native, callgrind, stalls, suite pairs 1,2,...) runs a part.
 .PHONY: bench
 bench: build

@@ -12,14 +12,18 @@
 #           commands against the server's own lock commands, side by side:
 #           bench/native.md, native-raw.txt.
 #   waiting bench/waiting.py on every server of the matrix: waiting in the
-#           server against a BLPOP mutex (and a module that only blocks):
-#           bench/waiting.md.
+#           server against a BLPOP mutex and minimal modules (bench/floor/):
+#           the hot lock, memory per waiter, what a burst of waiters leaves,
+#           stalls while waiters disconnect and while leases end together
+#           (about 6 minutes per server): bench/waiting.md.
 #   million bench/million.py on every server of the matrix: a million locks
-#           against a million SET NX PX strings: bench/million.md.
+#           against a million SET NX PX strings (about 2 minutes per server):
+#           bench/million.md.
 # Every server is stopped on any exit.
 #
 # Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
-# BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS (see waiting.py); BENCH_ONLY=LIST runs only what LIST (comma
+# BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS and BENCH_WAITING_STALL_REPS (see waiting.py),
+# BENCH_MILLION_REPS (see million.py); BENCH_ONLY=LIST runs only what LIST (comma
 # separated) names: suite pairs (1,2,...,6b) and/or the parts `callgrind`,
 # `stalls`, `native`, `waiting` and `million`; BENCH_PIN=0 to not pin the servers to CPU 0 and the
 # clients to CPU 1.
@@ -192,9 +196,10 @@ if want native; then
 fi
 # Waiting (bench/waiting.py, servers of its own): the module's FIFO lock side
 # by side with a BLPOP mutex on one server process (server CPU per handoff,
-# memory per blocked waiter and what serving a burst of them leaves), and a
-# minimal module that only blocks, for the module API's own floor, on every
-# server. Writes bench/waiting.md.
+# memory per blocked waiter and what serving a burst of them leaves, stalls
+# while waiters disconnect and while leases end together), and minimal
+# modules (bench/floor/) for the module API's own floor, on every server.
+# Writes bench/waiting.md.
 if want waiting; then
     server_args=()
     for server in "${servers[@]}"; do server_args+=(--server "$server"); done
