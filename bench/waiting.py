@@ -51,6 +51,7 @@ import argparse
 import multiprocessing as mp
 import os
 import resource
+import shutil
 import socket
 import statistics
 import sys
@@ -422,10 +423,14 @@ def main():
                   "(`ulimit -Hn`; raising it needs CAP_SYS_RESOURCE), and the server needs one per client."
                   % (" and ".join("{:,}".format(n) for n in capped), "{:,}".format(POOL_MAX),
                      "{:,}".format(FD_HARD)), ""]
-    for binary in a.server:
-        version, rows = bench_server(binary, a.module, floors, work, a.server_cpus, a.client_cpus)
-        lines += ["## %s" % version, "", "| figure | module | other | ratio | target |", "|---|---|---|---|---|"]
-        lines += rows + [""]
+    try:
+        for binary in a.server:
+            version, rows = bench_server(binary, a.module, floors, work, a.server_cpus, a.client_cpus)
+            lines += ["## %s" % version, "", "| figure | module | other | ratio | target |",
+                      "|---|---|---|---|---|"]
+            lines += rows + [""]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     with open(a.out, "w") as f:
         f.write("\n".join(lines))
     print("wrote %s" % a.out)
