@@ -1,11 +1,11 @@
 //! ACL categories and hidden tokens (SPEC "Operations"): where the server lets a module set
 //! them (Redis 7.2+, Valkey 8+) the commands are in `@read`/`@write`, `@blocking`, `@fast` or
 //! `@slow`, and `@redislock` where modules may define categories; a user with `+@all -@write`
-//! can neither take nor give back a lock, nor write through a guard; `LOCK.INFO` shows a token
-//! only to a caller who may release the lock.
+//! can neither take nor give back a lock, nor write through a guard, but may observe one;
+//! `LOCK.INFO` shows a token only to a caller who may release the lock.
 
 use crate::common::*;
-use redis::Connection;
+use redis::{Connection, Value};
 
 /// What the server under test can do, from `INFO server`.
 struct Flavour {
@@ -85,19 +85,35 @@ fn commands_are_in_the_categories_an_operator_expects() {
         .copied()
         .collect();
     assert_eq!(category(&mut c, "write"), names(&writes));
-    assert_eq!(category(&mut c, "read"), names(&["lock.info"]));
-    assert_eq!(category(&mut c, "blocking"), names(&["lock.acquire"]));
+    assert_eq!(
+        category(&mut c, "read"),
+        names(&["lock.info", "lock.observe"])
+    );
+    assert_eq!(
+        category(&mut c, "blocking"),
+        names(&["lock.acquire", "lock.observe"])
+    );
     assert_eq!(
         category(&mut c, "fast"),
         names(&["lock.extend", "lock.release"])
     );
-    let slow: Vec<&str> = ["lock.acquire", "lock.info", "lock.call", "lock.fence"]
-        .into_iter()
-        .chain(INTERNAL)
-        .collect();
+    let slow: Vec<&str> = [
+        "lock.acquire",
+        "lock.info",
+        "lock.observe",
+        "lock.call",
+        "lock.fence",
+    ]
+    .into_iter()
+    .chain(INTERNAL)
+    .collect();
     assert_eq!(category(&mut c, "slow"), names(&slow));
     if kind.has_module_categories() {
-        let all: Vec<&str> = writes.iter().copied().chain(["lock.info"]).collect();
+        let all: Vec<&str> = writes
+            .iter()
+            .copied()
+            .chain(["lock.info", "lock.observe"])
+            .collect();
         assert_eq!(category(&mut c, "redislock"), names(&all));
     }
 }
@@ -139,6 +155,9 @@ fn a_user_without_write_rights_cannot_change_a_lock_nor_see_its_token() {
         "LOCK.INFO to a read-only user"
     );
     assert_eq!(info.fence, fence);
+    // Observing is reading: allowed.
+    let seen = ok(&mut ro, &rcmd!("LOCK.OBSERVE", "app:job"));
+    assert_eq!(seen, Value::Array(vec![Value::Int(fence), Value::Nil]));
     for cmd in [
         rcmd!("LOCK.RELEASE", "app:job", "owner"),
         rcmd!("LOCK.EXTEND", "app:job", "owner", "PX", 1000),

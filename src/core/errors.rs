@@ -45,6 +45,8 @@ pub enum LockError {
     InvalidFence,
     /// A fence epoch that is not a non-negative integer (internal command).
     InvalidEpoch,
+    /// An `AFTER` fence that is not a non-negative integer.
+    InvalidAfter,
     /// A token that is empty or longer than the limit.
     InvalidToken,
     /// The key holds a value of another type.
@@ -119,6 +121,7 @@ impl fmt::Display for LockError {
             InvalidBlock => write!(f, "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most {} milliseconds", MAX_BLOCK_MS),
             InvalidFence => write!(f, "ERR invalid fence: must be a positive integer of at most {}", i64::MAX),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
+            InvalidAfter => write!(f, "ERR invalid AFTER fence: must be 0 (no holder) or a positive integer of at most {}", i64::MAX),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
@@ -174,6 +177,7 @@ mod tests {
             LockError::InvalidBlock,
             LockError::InvalidFence,
             LockError::InvalidEpoch,
+            LockError::InvalidAfter,
             LockError::InvalidToken,
             LockError::FenceExhausted,
             LockError::InternalCommand,

@@ -14,6 +14,7 @@ pub mod limits;
 pub mod lock;
 mod mark;
 pub mod numbers;
+pub mod observers;
 pub mod record;
 pub mod release;
 pub mod schedule;

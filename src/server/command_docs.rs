@@ -173,6 +173,28 @@ pub const INFO: Doc = Doc {
     args: &[KEY],
 };
 
+pub const OBSERVE: Doc = Doc {
+    complexity: c"O(1) for an exclusive lock; O(H) for a key with H shared or semaphore holders",
+    summary: c"Shows the fence and public data of a lock's holder, or waits in the server until its fence differs from a given one",
+    arity: -2,
+    key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    args: &[
+        KEY,
+        Arg {
+            token: Some(c"AFTER"),
+            optional: true,
+            summary: Some(c"the fence seen last (0: no holder): answer only once the fence differs"),
+            ..arg(c"fence", INTEGER)
+        },
+        Arg {
+            token: Some(c"BLOCK"),
+            optional: true,
+            summary: Some(c"with AFTER, wait up to this many milliseconds (0: no limit; at most 1000000000000) for a change"),
+            ..arg(c"timeout", INTEGER)
+        },
+    ],
+};
+
 pub const CALL: Doc = Doc {
     complexity: ONE_HOLDER,
     summary: c"Runs a command only if the token holds the lock, in the same atomic step",

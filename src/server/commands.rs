@@ -246,6 +246,35 @@ pub fn info(call: &Call) -> Reply {
     }
 }
 
+/// `LOCK.OBSERVE key [AFTER fence] [BLOCK timeout]`: `[fence, data]` of
+/// the key's holder (of its live holder with the highest fence for shared
+/// locks and semaphores), `[0, nil]` without one. With `AFTER` a fence
+/// equal to the current one answers nil, or with `BLOCK` waits until it
+/// differs.
+pub fn observe(call: &Call) -> Reply {
+    let (ctx, argv) = (call.ctx, call.argv);
+    let req = args::observe::parse(argv)?;
+    let name = &call.key();
+    let key = LockKey::open(ctx, name, false);
+    let now = ffi::now_ms();
+    let h = held(&key)?;
+    let (fence, data) = h.observed(now);
+    match req.after {
+        Some(after) if after == fence => {}
+        _ => return Ok(reply::observed(ctx, fence, data)),
+    }
+    let Some(timeout) = req.block_ms.filter(|_| ffi::may_block(ctx)) else {
+        return Ok(RedisValue::Null);
+    };
+    let ends = h.next_change(&key);
+    drop(key);
+    let timeout = settings::block_timeout(timeout, config::max_block_ms());
+    match locks::observe(ctx, name, fence, timeout, ends) {
+        true => Ok(RedisValue::NoReply),
+        false => Ok(RedisValue::Null),
+    }
+}
+
 /// Replays one holder's effect exactly as the master (or the AOF) recorded
 /// it. Internal, like `LOCK._APPLY`; versioned, so a newer master's effect
 /// is refused by an older module rather than misread.
@@ -271,6 +300,7 @@ pub fn apply(call: &Call) -> Reply {
     let key = LockKey::open(ctx, &call.key(), true);
     let lock = LockRef::new(req.token, req.fence).with_data(req.data);
     lockops::replay_grant(ctx, key, lock, req.expire_at_ms)?;
+    locks::replayed(ctx, &call.key());
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 

@@ -196,6 +196,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         // A restored or loaded lock raises the floor for new fences.
         state::with_clock(|c| c.observe(fence));
+        // Its observers look at what came (a RESTORE, a load).
+        if locks::any_observer() {
+            if let Some(id) = ffi::io_key(rdb) {
+                locks::on_lock_stored(&id);
+            }
+        }
         // Holders' leases end on their own: watch the first one. A client's
         // RESTORE is looked at once, for the key's TTL (see `locks::tend`).
         if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
@@ -259,6 +265,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     // SAFETY: Redis hands back ownership of a record it got from
     // `set_lock`, `rdb_load` or `copy`.
     catch_panic::callback((), || {
+        locks::on_lock_freed(value as usize);
         drop(unsafe { Record::from_raw(value) });
     })
 }
@@ -270,6 +277,9 @@ unsafe extern "C" fn copy(
     catch_panic::callback(std::ptr::null_mut(), || {
         // SAFETY: Redis passes a value of this type.
         let copy = Record::copy_of(unsafe { stored(value) });
+        if locks::any_observer() {
+            locks::on_lock_stored(&ffi::copy_target(opt));
+        }
         // The copy's holders' leases end on their own too: watch the first.
         if let Stored::Multi(holders) = copy.view() {
             if let Some(at) = holders.look_needed() {
@@ -295,7 +305,7 @@ unsafe extern "C" fn unlink(opt: *mut raw::RedisModuleKeyOptCtx, value: *const c
             }
             Stored::Single(_) => false,
         };
-        locks::on_lock_unlinked(db, key, with_holders);
+        locks::on_lock_unlinked(db, key, with_holders, value as usize);
     })
 }
 

@@ -134,7 +134,7 @@ const INTERNAL: &CStr = c"write slow";
 /// modules define categories.
 const MODULE_CATEGORY: &CStr = c"redislock";
 
-fn commands() -> [Command; 10] {
+fn commands() -> [Command; 11] {
     [
         // May create a lock, so refused when memory is full.
         command(
@@ -165,6 +165,14 @@ fn commands() -> [Command; 10] {
             c"readonly",
             c"read slow",
             Some(&docs::INFO),
+        ),
+        // Reads only; may wait for a change, like a blocking read.
+        command(
+            c"lock.observe",
+            entry!(commands::observe, 0),
+            c"readonly",
+            c"read blocking slow",
+            Some(&docs::OBSERVE),
         ),
         // Guarded writes: the inner command is checked and refused for
         // memory by the inner call itself.

@@ -1,8 +1,8 @@
 //! Server events: promotion, which moves the fence clock to a new epoch;
 //! demotion, which ends every wait; a fork, which may start an AOF rewrite
 //! that must learn the epoch; flushes and SWAPDB, which free or move
-//! locks without any per-key event; and closed connections, whose
-//! `EPHEMERAL` holds go.
+//! locks without any per-key event; closed connections, whose
+//! `EPHEMERAL` holds go; and, for observers, the end of a load.
 
 use std::ffi::c_void;
 
@@ -21,6 +21,23 @@ pub fn subscribe(ctx: &Context) -> bool {
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_SWAPDB, on_swapdb)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_CLIENT_CHANGE, on_client_change)
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_FORK_CHILD, on_fork)
+        && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading)
+}
+
+/// A load ended: what observers watch may be anything now.
+unsafe extern "C" fn on_loading(
+    _ctx: *mut raw::RedisModuleCtx,
+    _e: raw::RedisModuleEvent,
+    sub: u64,
+    _d: *mut c_void,
+) {
+    catch_panic::callback((), || {
+        if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED
+            || sub == raw::REDISMODULE_SUBEVENT_LOADING_FAILED
+        {
+            locks::on_loaded();
+        }
+    })
 }
 
 /// An AOF rewrite writes the fence epoch with the first lock or gate it
@@ -98,6 +115,7 @@ unsafe extern "C" fn on_role_changed(
         }
         scheduler::soon(&ctx, Job::Epoch(epoch));
         scheduler::unpark(&ctx);
+        locks::on_promoted();
     })
 }
 

@@ -64,6 +64,23 @@ impl<'a> Held<'a> {
         }
     }
 
+    /// What `LOCK.OBSERVE` shows of the key: the fence and public data of
+    /// its exclusive holder, or of its live holder with the highest fence
+    /// (holds whose lease ran out count as gone, as everywhere); fence 0
+    /// and no data when nothing holds it.
+    pub fn observed(&self, now_ms: i64) -> (u64, Option<&'a [u8]>) {
+        match self {
+            Held::Free => (0, None),
+            Held::Exclusive(l) => (l.fence(), None),
+            Held::Multi(h) => {
+                let live = h
+                    .iter()
+                    .filter(|(_, x)| !holders::ended(x.expire_at, now_ms));
+                (live.map(|(_, x)| x.fence).max().unwrap_or(0), None)
+            }
+        }
+    }
+
     /// When the key's holds may next change by themselves: the exclusive
     /// lock's expiry, or the first holder's lease end.
     pub fn next_change(&self, key: &LockKey) -> Option<i64> {

@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use crate::core::lock::ENCODING_VERSION;
 use crate::core::release;
-use crate::server::{catch_panic, ephemeral, scheduler, stats, waiting};
+use crate::server::{catch_panic, ephemeral, observing, scheduler, stats, waiting};
 
 /// `INFO redislock`.
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
@@ -28,6 +28,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         int("locks", crate::core::record::live().max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
+            // Clients blocked in LOCK.OBSERVE (not waiters: no queue).
+            int("observers", observing::total() as i64);
             int("ephemeral_holds", ephemeral::count() as i64);
             // Holds of closed connections whose release is still to come.
             int("ephemeral_pending", ephemeral::orphans() as i64);
@@ -49,6 +51,8 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
             ("handoffs", &stats::HANDOFFS),
             ("lease_ends", &stats::LEASE_ENDS),
             ("wait_timeouts", &stats::WAIT_TIMEOUTS),
+            ("observes", &stats::OBSERVES),
+            ("observe_timeouts", &stats::OBSERVE_TIMEOUTS),
             ("expired", &stats::EXPIRED),
             ("ephemeral_releases", &stats::EPHEMERAL_RELEASES),
             ("timer_passes", &stats::TIMER_PASSES),

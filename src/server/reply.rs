@@ -14,6 +14,20 @@ pub fn grant(ctx: &Context, token: &[u8], fence: u64) -> RedisValue {
     RedisValue::NoReply
 }
 
+/// `[fence, data]`, what `LOCK.OBSERVE` answers: data nil when the holder
+/// has none (and for no holder, fence 0).
+pub fn observed(ctx: &Context, fence: u64, data: Option<&[u8]>) -> RedisValue {
+    raw::reply_with_array(ctx.ctx, 2);
+    raw::reply_with_long_long(ctx.ctx, fence as i64);
+    match data {
+        Some(data) => bulk(ctx, data),
+        None => {
+            raw::reply_with_null(ctx.ctx);
+        }
+    }
+    RedisValue::NoReply
+}
+
 /// Field/value pairs: a map under RESP3, a flat array under RESP2.
 pub fn fields(ctx: &Context, pairs: &[(&str, Field<'_>)]) -> RedisValue {
     raw::reply_with_map(ctx.ctx, pairs.len() as _);

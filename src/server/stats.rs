@@ -59,6 +59,10 @@ pub static TIMER_PASSES_CUT: Counter = Counter::new();
 pub static TIMER_PASSES_HELD: Counter = Counter::new();
 /// Writing jobs taken out of the schedule by the timer.
 pub static TIMER_JOBS: Counter = Counter::new();
+/// `LOCK.OBSERVE` calls that waited (`BLOCK`), and those that ended
+/// without a change (timeout or `CLIENT UNBLOCK`).
+pub static OBSERVES: Counter = Counter::new();
+pub static OBSERVE_TIMEOUTS: Counter = Counter::new();
 /// Locks removed by Redis because their TTL passed.
 pub static EXPIRED: Counter = Counter::new();
 

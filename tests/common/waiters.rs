@@ -178,6 +178,24 @@ pub fn spawn_waiter_with_on(
     Waiter { rx, id, started }
 }
 
+/// Runs `cmd` (a blocking command) on `con`, from a thread of its own; the reply arrives as a
+/// waiter's does. `con`'s read timeout must outlast the wait.
+pub fn spawn_blocked(mut con: Connection, cmd: redis::Cmd) -> Waiter {
+    let id = as_int(&ok(&mut con, &rcmd!("CLIENT", "ID")));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let started = Instant::now();
+    thread::spawn(move || {
+        let t = Instant::now();
+        let reply = run(&mut con, &cmd).map_err(|e| err_text(&e));
+        let _ = tx.send(WaitReply {
+            reply,
+            took: t.elapsed(),
+            at: Instant::now(),
+        });
+    });
+    Waiter { rx, id, started }
+}
+
 /// `spawn_waiter_on` the server's port.
 pub fn spawn_waiter(server: &Server, key: &str, token: &str, px: i64, block_ms: i64) -> Waiter {
     spawn_waiter_on(server.port(), key, token, px, block_ms)

@@ -14,12 +14,15 @@
 //!   extend, revoke, lease ends, and the jobs the scheduler runs;
 //! - `serve.rs`: handing a lock to its waiters;
 //! - `keyspace.rs`: locks leaving or moving without a command of ours
-//!   (unlink, flush, SWAPDB) and a demotion.
+//!   (unlink, flush, SWAPDB) and a demotion;
+//! - `observed.rs`: what observers see, and when they look.
 
 mod keyspace;
+mod observed;
 mod serve;
 
 pub use keyspace::*;
+pub use observed::observe;
 pub use serve::*;
 
 use std::ffi::CStr;
@@ -36,7 +39,7 @@ use crate::server::ffi::{self, LockId, LockKey};
 use crate::server::held::held;
 use crate::server::lockops::{self, Look};
 use crate::server::scheduler::{self, Job, Runner};
-use crate::server::{cluster, ephemeral, state, stats, waiting};
+use crate::server::{cluster, ephemeral, observing, state, stats, waiting};
 
 /// Opens `name` for writing with the holds whose lease ran out already
 /// ended (the scheduler ends them too, but may be behind a client pause).
@@ -127,6 +130,10 @@ pub fn carry_out(
         None => {}
     }
     watch_leases(ctx, name, look);
+    match decision {
+        Decision::Grant => observed::changed(ctx, name),
+        _ => observed::watch_end(ctx, name, Some(expire_at)),
+    }
     Ok(fence)
 }
 
@@ -146,6 +153,7 @@ pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], mu
         false => lockops::delete_lock(ctx, name, key),
     });
     serve(ctx, name);
+    observed::changed(ctx, name);
 }
 
 /// Moves the lease of `token`'s hold of the open key `name` to `expire_at`.
@@ -164,6 +172,7 @@ pub fn extend(
         lockops::set_expiry(ctx, name, key, expire_at);
         watch_expiry(ctx, name, expire_at);
     }
+    observed::watch_end(ctx, name, Some(expire_at));
 }
 
 /// Releases the grant `(token, fence)` of `id` if the lock is still that
@@ -194,6 +203,9 @@ pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
         for token in &ended {
             ephemeral::unbind_holder(&id, token);
         }
+    }
+    if !ended.is_empty() {
+        observed::changed(ctx, name);
     }
     key
 }
@@ -243,12 +255,18 @@ fn watch_expiry(ctx: &Context, name: &RedisString, expire_at: i64) {
     }
 }
 
+/// A grant of an exclusive lock replayed from the master or the AOF.
+pub fn replayed(ctx: &Context, name: &RedisString) {
+    observed::changed(ctx, name);
+}
+
 /// Replays one holder's effect from the master or the AOF, and watches
 /// the leases it leaves.
 pub fn replay_hold(ctx: &Context, name: &RedisString, effect: HoldEffect) -> Result<(), LockError> {
     let key = LockKey::open(ctx, name, true);
     let look = lockops::replay_hold(ctx, key, effect)?;
     watch_leases(ctx, name, look);
+    observed::changed(ctx, name);
     Ok(())
 }
 
@@ -294,12 +312,22 @@ fn release_next_orphan(ctx: &Context) -> bool {
 /// What the scheduler's jobs do.
 pub static RUNNER: Runner = Runner {
     job: run,
-    deadline: waiting::on_deadline,
+    deadline,
     background_pending: || ephemeral::orphans() > 0,
     background: release_next_orphan,
     on_replica: ephemeral::unbind_all,
     urgent,
+    look: |id| observed::changed_id(&id),
+    reads_pending: observing::has_work,
+    reads: observed::reads,
 };
+
+/// A blocked client's deadline: an observer's or a waiter's.
+fn deadline(handle: ffi::BlockedId) {
+    if !observing::on_deadline(handle) {
+        waiting::on_deadline(handle);
+    }
+}
 
 /// A lock that a client waits for: its job hands it on, so it runs as soon
 /// as it is due, not up to the event loop's millisecond later.
@@ -307,7 +335,7 @@ fn urgent(job: &Job) -> bool {
     match job {
         Job::Serve(_) => true,
         Job::Leases(id) => waiting::count_of(id) > 0,
-        Job::Revoke(..) | Job::Epoch(_) | Job::Deadline(_) => false,
+        Job::Revoke(..) | Job::Epoch(_) | Job::Deadline(_) | Job::Look(_) => false,
     }
 }
 
@@ -320,6 +348,6 @@ fn run(ctx: &Context, job: Job) {
             revoke(ctx, &id, &token, fence);
         }
         // The scheduler's own.
-        Job::Epoch(_) | Job::Deadline(_) => {}
+        Job::Epoch(_) | Job::Deadline(_) | Job::Look(_) => {}
     }
 }

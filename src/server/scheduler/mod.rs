@@ -3,7 +3,9 @@
 //! expiry while clients wait, a handoff after a deletion or a flush), the
 //! next lease to end among a shared lock's or semaphore's holders, a
 //! waiter's deadline, a grant to revoke, an epoch to propagate; and the
-//! release of closed connections' `EPHEMERAL` holds.
+//! release of closed connections' `EPHEMERAL` holds; and the reads that
+//! answer observers: locks they watch looked at when they changed or when
+//! their holds are due to end.
 //!
 //! One job per lock and per waiter at most, replaced rather than added to,
 //! and forgotten with the lock or waiter; one timer for all of them,
@@ -15,9 +17,13 @@
 //! pass in the next turn of the event loop, so clients are served in
 //! between. Whether the server's state allows writing is decided once per
 //! pass; while it does not, writing jobs stay in the schedule untouched and
-//! the timer looks again a little later (deadlines, which write nothing,
-//! keep their times). A pass runs only jobs scheduled before it began, so
-//! no job can spin the event loop.
+//! the timer looks again a little later (deadlines and observers' reads,
+//! which write nothing, keep their times). Reads come last in a pass, after
+//! the writes, so an observer sees what a pass's handoffs made of a lock,
+//! never the moment between a release and its handoff. A pass runs only
+//! jobs scheduled before it began, so no job can spin the event loop.
+
+mod pass;
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
@@ -25,12 +31,11 @@ use std::ffi::{c_int, c_void};
 
 use redis_module::{raw, Context};
 
-use crate::core::budget::{Budget, SLICE};
+use crate::core::budget::Budget;
 use crate::core::schedule::Schedule;
 use crate::core::swapdb;
 use crate::server::ffi::{self, BlockedId, LockId, TimerId};
-use crate::server::writable::{self, NotWritable};
-use crate::server::{catch_panic, state, stats};
+use crate::server::{catch_panic, state};
 
 /// How soon writes held back by the server's state are tried again.
 pub const RETRY_MS: i64 = 10;
@@ -42,8 +47,10 @@ pub enum Job {
     /// End the holds of a shared lock or semaphore whose leases ran out,
     /// and hand their room on.
     Leases(LockId),
-    /// A waiter's `BLOCK` timeout.
+    /// A waiter's or an observer's `BLOCK` timeout.
     Deadline(BlockedId),
+    /// Look at a lock that observers watch, whose holds are due to end.
+    Look(LockId),
     /// Give back a grant whose client left before its reply: lock, token,
     /// fence (boxed: every job is as large as the largest, and a lock with
     /// holders keeps one for as long as it lives).
@@ -69,6 +76,13 @@ pub struct Runner {
     /// Whether a job hands a lock to a waiter: it is timed to the
     /// microsecond (see `arm`).
     pub urgent: fn(&Job) -> bool,
+    /// A lock's look (`Job::Look`) fell due.
+    pub look: fn(LockId),
+    /// Whether reads are pending (observers to look at or answer).
+    pub reads_pending: fn() -> bool,
+    /// Does the pending reads, in any server state, for one slice; true if
+    /// the slice ended with some left.
+    pub reads: fn(&Context, &Budget) -> bool,
 }
 
 /// Runs nothing: until the module's runner is registered.
@@ -79,6 +93,9 @@ static IDLE_RUNNER: Runner = Runner {
     background: |_| false,
     on_replica: || {},
     urgent: |_| false,
+    look: |_| {},
+    reads_pending: || false,
+    reads: |_, _| false,
 };
 
 thread_local! {
@@ -90,6 +107,8 @@ thread_local! {
     /// Waiters' deadlines: answering nil writes nothing, so they run in
     /// any state.
     static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
+    /// Looks at locks that observers watch: reads, run in any state.
+    static LOOKS: RefCell<Schedule<LockId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
     static ARMED: Cell<Option<(i64, TimerId)>> = const { Cell::new(None) };
     /// The kernel timer is set for an urgent job (see `arm`), at this time.
@@ -118,10 +137,15 @@ fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedId>) -> R) -> R {
     DEADLINES.with(|s| f(&mut s.borrow_mut()))
 }
 
+fn looks<R>(f: impl FnOnce(&mut Schedule<LockId>) -> R) -> R {
+    LOOKS.with(|s| f(&mut s.borrow_mut()))
+}
+
 /// Runs `job` at Unix time `at_ms`, or earlier if it was due earlier.
 pub fn at(ctx: &Context, job: Job, at_ms: i64) {
     match job {
         Job::Deadline(handle) => deadlines(|s| s.set_earlier(handle, at_ms)),
+        Job::Look(id) => looks(|s| s.set_earlier(id, at_ms)),
         job => writes(|s| s.set_earlier(job, at_ms)),
     };
     rearm(ctx);
@@ -137,12 +161,18 @@ pub fn orphans_pending(ctx: &Context) {
     rearm(ctx);
 }
 
+/// Observers are to be looked at or answered: the next pass does it.
+pub fn reads_pending(ctx: &Context) {
+    rearm(ctx);
+}
+
 /// Forgets `job`; the timer goes too once nothing is pending. (A timer armed
 /// for a job cancelled while others remain fires once, finds nothing due,
 /// and is re-armed for what is left.)
 pub fn cancel(job: &Job) {
     let cancelled = match job {
         Job::Deadline(handle) => deadlines(|s| s.cancel(handle)),
+        Job::Look(id) => looks(|s| s.cancel(id)),
         Job::Leases(id) => {
             PARKED.with(|p| {
                 let mut p = p.borrow_mut();
@@ -160,7 +190,11 @@ pub fn cancel(job: &Job) {
 }
 
 fn idle() -> bool {
-    writes(|s| s.is_empty()) && deadlines(|s| s.is_empty()) && !(runner().background_pending)()
+    writes(|s| s.is_empty())
+        && deadlines(|s| s.is_empty())
+        && looks(|s| s.is_empty())
+        && !(runner().background_pending)()
+        && !(runner().reads_pending)()
 }
 
 fn stop_if_idle() {
@@ -217,7 +251,7 @@ pub fn unpark(ctx: &Context) {
 /// Jobs pending, and Redis timers armed (0 or 1), for `INFO redislock`.
 pub fn pending() -> (usize, usize) {
     (
-        writes(|s| s.len()) + deadlines(|s| s.len()),
+        writes(|s| s.len()) + deadlines(|s| s.len()) + looks(|s| s.len()),
         usize::from(ARMED.with(Cell::get).is_some() || WAKE_AT.with(Cell::get).is_some()),
     )
 }
@@ -235,12 +269,22 @@ fn next_write() -> Option<i64> {
     next.map(|at| held.map_or(at, |h| at.max(h)))
 }
 
+/// When the reads are next to run: the earliest look, now if observers
+/// are to be looked at or answered. Never held back by the server's state.
+fn next_read() -> Option<i64> {
+    let next = looks(|s| s.earliest());
+    match (runner().reads_pending)() {
+        true => Some(next.map_or(ffi::now_ms(), |at| at.min(ffi::now_ms()))),
+        false => next,
+    }
+}
+
 /// Makes the one timer fire at the earliest job; stops it when none is left.
 fn rearm(ctx: &Context) {
-    let earliest = match (deadlines(|s| s.earliest()), next_write()) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
+    let earliest = [deadlines(|s| s.earliest()), next_write(), next_read()]
+        .into_iter()
+        .flatten()
+        .min();
     let (armed, wake) = (ARMED.with(Cell::get), WAKE_AT.with(Cell::get));
     let covered = earliest.is_some_and(|next| {
         armed.is_some_and(|(fires, _)| fires <= next) || wake.is_some_and(|at| at <= next)
@@ -285,7 +329,7 @@ unsafe extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
     let ctx = Context::new(ctx);
     catch_panic::callback((), || {
         ARMED.with(|a| a.set(None));
-        pass(&ctx);
+        pass::pass(&ctx);
         settle_freed_memory();
     });
     catch_panic::callback((), || rearm(&ctx));
@@ -316,112 +360,4 @@ unsafe extern "C" fn on_wake(fd: c_int, _data: *mut c_void, _mask: c_int) {
 /// just serve and free one block.
 fn settle_freed_memory() {
     drop(std::hint::black_box(Vec::<u8>::with_capacity(4096)));
-}
-
-/// One pass: what is due, for one slice of time. What is left is due
-/// still, so the timer is re-armed for the next turn of the event loop.
-fn pass(ctx: &Context) {
-    let budget = Budget::new(SLICE);
-    let now = ffi::now_ms();
-    stats::TIMER_PASSES.bump();
-    let mut cut = false;
-    // Deadlines first: they are cheap, and a wait must not outlive its
-    // timeout because writes queue up.
-    let mark = deadlines(|s| s.mark());
-    loop {
-        if budget.spent() {
-            cut = true;
-            break;
-        }
-        let Some(handle) = deadlines(|s| s.pop_before(now, mark)) else {
-            break;
-        };
-        (runner().deadline)(handle);
-    }
-    let writes_due =
-        writes(|s| s.earliest()).is_some_and(|at| at <= now) || (runner().background_pending)();
-    let held = HELD_UNTIL.with(Cell::get).is_some_and(|h| h > now);
-    if cut || !writes_due || held {
-        if cut {
-            stats::TIMER_PASSES_CUT.bump();
-        }
-        return;
-    }
-    // The server's state, once for the whole pass.
-    match writable::may_write(ctx) {
-        Ok(()) => {
-            HELD_UNTIL.with(|h| h.set(None));
-            if write_slice(ctx, now, &budget) {
-                stats::TIMER_PASSES_CUT.bump();
-            }
-        }
-        // A replica writes only what its master sends: its waiters were
-        // already answered on demotion, a grant it made is its master's
-        // business now, and the epoch is its master's. Lease ends wait for
-        // a promotion.
-        Err(NotWritable::Replica) => {
-            HELD_UNTIL.with(|h| h.set(None));
-            (runner().on_replica)();
-            if park_slice(now, &budget) {
-                stats::TIMER_PASSES_CUT.bump();
-            }
-        }
-        // Paused, loading, too few replicas: everything stays as it is,
-        // looked at again a little later.
-        Err(_) => {
-            stats::TIMER_PASSES_HELD.bump();
-            HELD_UNTIL.with(|h| h.set(Some(now.saturating_add(RETRY_MS))));
-        }
-    }
-}
-
-/// Runs due writing jobs and releases closed connections' holds, one of
-/// each in turn, until the budget is spent; true if it was, with work left.
-fn write_slice(ctx: &Context, now: i64, budget: &Budget) -> bool {
-    let mark = writes(|s| s.mark());
-    loop {
-        let job = writes(|s| s.pop_before(now, mark));
-        let ran_job = job.is_some();
-        if let Some(job) = job {
-            stats::TIMER_JOBS.bump();
-            catch_panic::callback((), || run(ctx, job));
-        }
-        let released = catch_panic::callback(false, || (runner().background)(ctx));
-        if !ran_job && !released {
-            return false;
-        }
-        if budget.spent() {
-            return true;
-        }
-    }
-}
-
-/// On a replica: due lease ends are parked, other due jobs dropped, until
-/// the budget is spent; true if it was, with work left.
-fn park_slice(now: i64, budget: &Budget) -> bool {
-    let mark = writes(|s| s.mark());
-    while let Some(job) = writes(|s| s.pop_before(now, mark)) {
-        stats::TIMER_JOBS.bump();
-        if let Job::Leases(id) = job {
-            PARKED.with(|p| p.borrow_mut().insert(id));
-        }
-        if budget.spent() {
-            return true;
-        }
-    }
-    false
-}
-
-fn run(ctx: &Context, job: Job) {
-    match job {
-        Job::Epoch(epoch) => {
-            // Only the newest epoch matters.
-            if state::with_clock(|c| c.epoch) == epoch {
-                ffi::replicate_epoch(ctx, epoch);
-            }
-        }
-        // Kept in their own schedule.
-        Job::Deadline(handle) => (runner().deadline)(handle),
-        job => (runner().job)(ctx, job),
-    }
 }

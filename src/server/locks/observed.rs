@@ -1,0 +1,157 @@
+//! What observers of a lock see (`LOCK.OBSERVE`), and when they look.
+//!
+//! Every change this layer makes or learns of marks the lock (`changed`):
+//! grants, releases, lease ends, replayed holds, unlinks, flushes, SWAPDB,
+//! keys that appear under a watched name (`RENAME`, `MOVE`, `RESTORE`,
+//! `COPY`, a replayed grant), a load, a role change. The scheduler's reads
+//! then look at each marked lock once — after the pass's writes, so a
+//! release that hands the lock on is seen as one change, the new holder —
+//! and settle its observers (`observing`). A lock whose holds end by
+//! themselves (an expiry, a lease end) is also looked at just after they
+//! end, on a master: a replica learns of the end from its master.
+
+use redis_module::{Context, ContextFlags, RedisString};
+
+use std::cell::RefCell;
+use std::time::Instant;
+
+use crate::core::budget::{Budget, Pace};
+use crate::core::errors::LockError;
+use crate::server::ffi::{self, KeyKind, LockId, LockKey};
+use crate::server::held::{held, Held};
+use crate::server::observing::{self, Seen};
+use crate::server::scheduler::{self, Job};
+use crate::server::{cluster, lockops, waiting, writable};
+
+use super::serve;
+
+thread_local! {
+    /// How many observers a pass unblocks: each costs the server a reply
+    /// callback and a socket write after the pass.
+    static PACE: RefCell<Pace> = const { RefCell::new(Pace::new()) };
+}
+
+/// The lock `name` (in the context's database) may have changed.
+pub fn changed(ctx: &Context, name: &[u8]) {
+    if !observing::is_empty() {
+        observing::changed(&ffi::lock_id(ctx, name));
+    }
+}
+
+/// The lock `id` may have changed.
+pub fn changed_id(id: &LockId) {
+    if !observing::is_empty() {
+        observing::changed(id);
+    }
+}
+
+/// Every observed lock of database `db` (-1: all) may have changed.
+pub fn changed_in(db: i32) {
+    observing::changed_where(|(d, _)| db == -1 || *d == db);
+}
+
+/// The holds of `name` may next end by themselves at `at` (a grant, an
+/// extend): its observers look just after, if it has any.
+pub fn watch_end(ctx: &Context, name: &[u8], at: Option<i64>) {
+    if observing::is_empty() {
+        return;
+    }
+    watch_end_of(ctx, ffi::lock_id(ctx, name), at);
+}
+
+fn watch_end_of(ctx: &Context, id: LockId, at: Option<i64>) {
+    let Some(at) = at else {
+        return;
+    };
+    // A replica's holds end by its master's effects, never by its clock.
+    if observing::count_of(&id) > 0 && !ctx.get_flags().contains(ContextFlags::SLAVE) {
+        scheduler::at(ctx, Job::Look(id), at.saturating_add(1));
+    }
+}
+
+/// What an observer of the open key `name` sees now: the holder's fence
+/// and data, or why the key cannot be observed. With the time its holds
+/// next end by themselves.
+pub fn seen(ctx: &Context, key: &LockKey, name: &[u8]) -> (Seen, Option<i64>) {
+    let h = match held(key) {
+        Ok(h) => h,
+        Err(e) => return (Seen::Refused(e), None),
+    };
+    if matches!(h, Held::Free) && key.kind() == KeyKind::Empty && !served_here(ctx, name) {
+        return (Seen::Refused(LockError::SlotMoved), None);
+    }
+    let (fence, data) = h.observed(ffi::now_ms());
+    let data = data.map(Box::from);
+    (Seen::Holder { fence, data }, h.next_change(key))
+}
+
+/// Whether this node still serves `name`'s slot (always outside Cluster;
+/// a replica serves its master's).
+fn served_here(ctx: &Context, name: &[u8]) -> bool {
+    ctx.get_flags().contains(ContextFlags::SLAVE) || cluster::may_hand_off_here(ctx, name)
+}
+
+/// Blocks the calling client as an observer of `name` that saw `after`,
+/// until the fence changes or `timeout_ms` passes; `ends` is when the
+/// key's holds next end by themselves. False if it could not block.
+#[must_use]
+pub fn observe(
+    ctx: &Context,
+    name: &RedisString,
+    after: u64,
+    timeout_ms: u64,
+    ends: Option<i64>,
+) -> bool {
+    let id = ffi::lock_id(ctx, name);
+    if !observing::block(ctx, id.clone(), after, timeout_ms) {
+        return false;
+    }
+    watch_end_of(ctx, id, ends);
+    true
+}
+
+/// Looks at the lock `id` and settles its observers. A lock found ended
+/// by itself (its expiry, a lease end) that clients wait for is handed on
+/// first, where the server's state allows writing: observers see the new
+/// holder, one change, as they do after a release.
+fn look(ctx: &Context, id: &LockId) {
+    if !ffi::select_db(ctx, id.0) {
+        return;
+    }
+    let name = ctx.create_string(id.1.as_slice());
+    let mut key = LockKey::open(ctx, &name, false);
+    let ended = key.kind() == KeyKind::Empty || lockops::leases_due(&key);
+    if ended && waiting::count_of(id) > 0 && writable::may_write(ctx).is_ok() {
+        drop(key);
+        serve(ctx, &name);
+        key = LockKey::open(ctx, &name, false);
+    }
+    let (seen, ends) = seen(ctx, &key, &id.1);
+    drop(key);
+    observing::settle(id, seen);
+    watch_end_of(ctx, id.clone(), ends);
+}
+
+/// The scheduler's reads, for one slice: woken observers unblocked (a
+/// bounded number), then each changed lock looked at. True if the slice
+/// ended with some left.
+pub fn reads(ctx: &Context, budget: &Budget) -> bool {
+    if observing::take_moved() {
+        // A lock moved to a name no event told: it may be any watched one.
+        changed_in(-1);
+    }
+    let batch = PACE.with(|p| p.borrow_mut().batch(Instant::now()));
+    let mut left = batch;
+    let more = loop {
+        left -= observing::unblock_some(left);
+        if left == 0 || budget.spent() {
+            break observing::has_work();
+        }
+        let Some(id) = observing::next_changed() else {
+            break observing::has_work();
+        };
+        look(ctx, &id);
+    };
+    PACE.with(|p| p.borrow_mut().sent(Instant::now(), batch - left, more));
+    more
+}

@@ -1,0 +1,294 @@
+//! `LOCK.OBSERVE … AFTER fence BLOCK timeout`: clients waiting in the
+//! server for a lock's holder to change — the registry (the core's
+//! `Observers`), the blocked clients, their deadlines and their answers.
+//!
+//! Observers are not waiters: they stand in no lock's queue, hold no grant
+//! back, and only read. The lock-lifecycle layer marks the locks that
+//! changed (`changed`), and from the scheduler's pass reads each marked
+//! lock once and hands what it saw to `settle`, which wakes the observers
+//! that saw another fence. Woken observers are unblocked a slice at a time
+//! (`unblock_some`): each unblock costs the server a reply callback and a
+//! write to the client's socket, which the module's clock never sees, so a
+//! pass unblocks a bounded number of them. Reads and answers go on whatever
+//! the server's state (a pause, a replica), as deadlines do.
+//!
+//! No borrow of the registry is held across a call into Redis.
+
+use std::cell::RefCell;
+use std::ffi::c_int;
+use std::rc::Rc;
+
+use redis_module::{raw, Context};
+
+use crate::core::errors::LockError;
+use crate::core::observers::{Observers, Stage};
+use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
+use crate::server::scheduler::{self, Job};
+use crate::server::{catch_panic, reply, state, stats};
+
+/// What a look at an observed lock saw.
+#[derive(Debug)]
+pub enum Seen {
+    /// The holder's fence and public data; fence 0 and no data: no lock.
+    Holder { fence: u64, data: Option<Box<[u8]>> },
+    /// The key can no longer be observed here (another type, a gate, a
+    /// slot served elsewhere): every observer is answered this error.
+    Refused(LockError),
+}
+
+impl Seen {
+    /// The fence observers compare with what they saw, if any.
+    fn fence(&self) -> Option<u64> {
+        match self {
+            Seen::Holder { fence, .. } => Some(*fence),
+            Seen::Refused(_) => None,
+        }
+    }
+}
+
+/// An observer's blocked client, until its wait is ended.
+struct Watch {
+    client: Option<BlockedClient>,
+}
+
+impl Watch {
+    /// Tells Redis this wait ended; at most once, since the handle is taken.
+    fn unblock(&mut self) {
+        if let Some(client) = self.client.take() {
+            client.unblock();
+        }
+    }
+}
+
+type Registry = Observers<BlockedId, LockId, Watch, Rc<Seen>>;
+
+thread_local! {
+    // Redis calls modules on its main thread only.
+    static OBSERVERS: RefCell<Registry> = RefCell::new(Observers::default());
+    /// Lock values unlinked while observers exist and not (yet) freed: a
+    /// value still here once the command is done moved to another name.
+    static UNLINKED: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    OBSERVERS.with(|o| f(&mut o.borrow_mut()))
+}
+
+/// Whether nobody observes anything (callers then need not even name the
+/// lock).
+pub fn is_empty() -> bool {
+    with(|o| o.is_empty())
+}
+
+/// Observers blocked now, for `INFO redislock`.
+pub fn total() -> usize {
+    with(|o| o.total())
+}
+
+/// Observers still watching the lock `id`.
+pub fn count_of(id: &LockId) -> usize {
+    with(|o| o.watching(id))
+}
+
+/// Blocks the calling client until the fence of `id` is no longer
+/// `after`, or `timeout_ms` passes (0: no limit). False if Redis could not
+/// block the client.
+#[must_use]
+pub fn block(ctx: &Context, id: LockId, after: u64, timeout_ms: u64) -> bool {
+    let Some(client) = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect) else {
+        return false;
+    };
+    let handle = client.id();
+    let watch = Watch {
+        client: Some(client),
+    };
+    with(|o| o.add(handle, id, after, watch));
+    stats::OBSERVES.bump();
+    if timeout_ms > 0 {
+        let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
+        scheduler::at(ctx, Job::Deadline(handle), deadline);
+    }
+    true
+}
+
+/// The lock `id` may have changed: its observers are looked at in the next
+/// pass of the scheduler.
+pub fn changed(id: &LockId) {
+    if is_empty() || !with(|o| o.mark(id)) {
+        return;
+    }
+    pending();
+}
+
+/// Every observed lock `filter` picks may have changed (a flush, SWAPDB,
+/// a load, a role change).
+pub fn changed_where(filter: impl Fn(&LockId) -> bool) {
+    if is_empty() || with(|o| o.mark_where(filter)) == 0 {
+        return;
+    }
+    pending();
+}
+
+fn pending() {
+    if let Some(ctx) = state::detached_context() {
+        scheduler::reads_pending(&ctx);
+    }
+}
+
+/// Whether locks are to be looked at or observers answered.
+pub fn has_work() -> bool {
+    with(|o| o.has_work()) || UNLINKED.with(|u| !u.borrow().is_empty())
+}
+
+/// A lock's value was unlinked from its name while observers exist.
+pub fn unlinked(value: usize) {
+    UNLINKED.with(|u| u.borrow_mut().push(value));
+    pending();
+}
+
+/// A lock's value was freed.
+pub fn freed(value: usize) {
+    UNLINKED.with(|u| {
+        let mut u = u.borrow_mut();
+        if let Some(at) = u.iter().position(|&v| v == value) {
+            u.swap_remove(at);
+        }
+    });
+}
+
+/// Whether a lock's value moved to another name since the last call
+/// (unlinked, and not freed once its command was done).
+pub fn take_moved() -> bool {
+    UNLINKED.with(|u| {
+        let mut u = u.borrow_mut();
+        let moved = !u.is_empty();
+        u.clear();
+        u.shrink_to(16);
+        moved
+    })
+}
+
+/// The next lock to look at.
+pub fn next_changed() -> Option<LockId> {
+    with(|o| o.next_marked())
+}
+
+/// A look at `id` saw `seen`: the observers that saw another fence are
+/// woken (all of them for a refusal), to be answered by `unblock_some`.
+pub fn settle(id: &LockId, seen: Seen) {
+    let fence = seen.fence();
+    let woken = with(|o| o.wake(id, fence, &Rc::new(seen)));
+    if woken > 0 && count_of(id) == 0 {
+        scheduler::cancel(&Job::Look(id.clone()));
+    }
+}
+
+/// Unblocks up to `limit` woken observers, oldest first; how many it did.
+/// Their answers are sent by Redis from the reply callback.
+pub fn unblock_some(limit: usize) -> usize {
+    let mut done = 0;
+    while done < limit {
+        let Some(handle) = with(|o| o.next_woken()) else {
+            break;
+        };
+        scheduler::cancel(&Job::Deadline(handle));
+        let client = with(|o| o.get_mut(handle).and_then(|x| x.value.client.take()));
+        if let Some(client) = client {
+            client.unblock();
+            done += 1;
+        }
+    }
+    done
+}
+
+/// An observer's deadline; false if `handle` is no observer (a waiter's).
+/// A still watching observer is woken with no answer: nil.
+pub fn on_deadline(handle: BlockedId) -> bool {
+    let (known, timed_out) = with(|o| (o.get(handle).is_some(), o.time_out(handle)));
+    if timed_out {
+        stats::OBSERVE_TIMEOUTS.bump();
+        let lock = with(|o| o.get(handle).map(|x| x.lock.clone()));
+        if let Some(lock) = lock.filter(|l| count_of(l) == 0) {
+            scheduler::cancel(&Job::Look(lock));
+        }
+        pending();
+    }
+    known
+}
+
+/// Forgets an observer that was answered or left, with its deadline, and
+/// the look at its lock once nobody watches it.
+fn forget(handle: BlockedId) -> Option<Stage<Rc<Seen>>> {
+    scheduler::cancel(&Job::Deadline(handle));
+    let observer = with(|o| o.remove(handle))?;
+    if observer.stage.is_watching() && count_of(&observer.lock) == 0 {
+        scheduler::cancel(&Job::Look(observer.lock.clone()));
+    }
+    // Where Redis ended the wait itself (CLIENT UNBLOCK, a closed
+    // connection) before the module did, the handle is still to be given
+    // back.
+    let mut watch = observer.value;
+    watch.unblock();
+    Some(observer.stage)
+}
+
+/// Sends a finished observation its answer: the holder, an error, or nil.
+fn answer(ctx: &Context, stage: Option<Stage<Rc<Seen>>>) {
+    match stage {
+        Some(Stage::Woken(Some(seen))) => match &*seen {
+            Seen::Holder { fence, data } => {
+                reply::observed(ctx, *fence, data.as_deref());
+            }
+            Seen::Refused(e) => {
+                reply::error(ctx, e);
+            }
+        },
+        Some(Stage::Woken(None) | Stage::Watching) | None => {
+            raw::reply_with_null(ctx.ctx);
+        }
+    }
+}
+
+/// The reply of an observer whose wait ended: woken by a change, or its
+/// deadline passed.
+unsafe extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Context::new(ctx);
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
+        answer(&ctx, forget(ffi::blocked_id(&ctx)));
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+/// `CLIENT UNBLOCK` (Redis calls it the timeout callback): ends the wait
+/// like a timeout, unless a change woke the observer already, whose answer
+/// is delivered.
+unsafe extern "C" fn on_unblock(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ctx = Context::new(ctx);
+    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
+        let stage = forget(ffi::blocked_id(&ctx));
+        if matches!(stage, Some(Stage::Watching)) {
+            stats::OBSERVE_TIMEOUTS.bump();
+        }
+        answer(&ctx, stage);
+        raw::REDISMODULE_OK as c_int
+    })
+}
+
+/// An observer's connection closed (or the server ended every blocked
+/// call on becoming a replica): it leaves at once.
+unsafe extern "C" fn on_disconnect(
+    _ctx: *mut raw::RedisModuleCtx,
+    bc: *mut raw::RedisModuleBlockedClient,
+) {
+    catch_panic::callback((), || {
+        forget(BlockedId::of(bc));
+    })
+}
