@@ -439,6 +439,8 @@ fn lock_commands_are_routed_by_key_and_block_on_the_owner() {
             rcmd!("LOCK.EXTEND", key, &token, "PX", 30_000),
             rcmd!("LOCK.INFO", key),
             rcmd!("LOCK.RELEASE", key, &token),
+            rcmd!("LOCK.OBSERVE", key),
+            rcmd!("LOCK.OBSERVE", key, "AFTER", 0, "BLOCK", 5_000),
             rcmd!(
                 "LOCK.ACQUIRE",
                 key,
@@ -504,6 +506,8 @@ fn lock_commands_are_routed_by_key_and_block_on_the_owner() {
         assert_eq!(ok(&mut rc, &rcmd!("READONLY")), Value::Okay);
         let ri = info_some(&mut rc, key);
         assert_eq!((ri.token, ri.fence), (tok.clone(), fence));
+        let seen = ok(&mut rc, &rcmd!("LOCK.OBSERVE", key));
+        assert_eq!(seen, Value::Array(vec![Value::Int(fence), Value::Nil]));
         // Writes on the replica still redirect, even in READONLY mode.
         let e = err(&mut rc, &cmds[0]);
         assert!(e.starts_with(&format!("MOVED {slot} ")), "{e}");
