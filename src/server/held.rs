@@ -71,7 +71,7 @@ impl<'a> Held<'a> {
     pub fn observed(&self, now_ms: i64) -> (u64, Option<&'a [u8]>) {
         match self {
             Held::Free => (0, None),
-            Held::Exclusive(l) => (l.fence(), None),
+            Held::Exclusive(l) => (l.fence(), l.data()),
             Held::Multi(h) => {
                 let live = h
                     .iter()

@@ -1,9 +1,11 @@
 //! `LOCK.OBSERVE key [AFTER fence] [BLOCK timeout]` (SPEC "Election and observation"): the
 //! holder's `[fence, data]` at once, or a wait in the server until the fence differs from the one
-//! the caller saw. This file: the helpers, and the replies that come at once. `events.rs`: what
-//! wakes an observer, and that observers are not waiters. `states.rs`: pauses, replicas, loading
-//! and failover. `many.rs`: thousands of observers woken by one release.
+//! the caller saw. This file: the helpers, and the replies that come at once. `data.rs`: the
+//! holder's public data in them. `events.rs`: what wakes an observer, and that observers are not
+//! waiters. `states.rs`: pauses, replicas, loading and failover. `many.rs`: thousands of
+//! observers woken by one release.
 
+mod data;
 mod events;
 mod many;
 mod states;
