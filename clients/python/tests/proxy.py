@@ -95,9 +95,16 @@ class Proxy:
         self.heal()
         self.cut()
 
-        def stop() -> None:
+        async def shutdown() -> None:
+            # Every piping task ends before the loop stops, so none is left pending at exit.
             self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             self._loop.stop()
 
-        self._loop.call_soon_threadsafe(stop)
+        asyncio.run_coroutine_threadsafe(shutdown(), self._loop)
         self._thread.join(5)
+        if not self._thread.is_alive():
+            self._loop.close()
