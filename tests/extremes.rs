@@ -193,8 +193,9 @@ fn queue_waiter(
     con.stream()
         .set_read_timeout(Some(Duration::from_secs(8) * time_scale()))
         .unwrap();
-    con.send(&["LOCK.ACQUIRE", key, token, "PX", px, "BLOCK", block]);
+    // Timed from before the send: a test thread descheduled after it would see the wait short.
     let sent = Instant::now();
+    con.send(&["LOCK.ACQUIRE", key, token, "PX", px, "BLOCK", block]);
     wait_waiters(c, key, before + 1);
     Waiter {
         con,
@@ -343,6 +344,7 @@ fn block_extremes_behind_a_held_lock() {
         let case = format!("BLOCK {v:?}");
         let (_, held_fence) = grant(&mut c, &key, b"holder", 60_000);
         let mut w = RawConn::connect(&s);
+        let sent = Instant::now(); // before the send, as in queue_waiter
         w.send(&[
             "LOCK.ACQUIRE",
             &key,
@@ -352,7 +354,6 @@ fn block_extremes_behind_a_held_lock() {
             "BLOCK",
             v,
         ]);
-        let sent = Instant::now();
         match block_ms(v) {
             None => {
                 assert_eq!(w.read().unwrap(), Resp::Error(BLOCK_ERR.into()), "{case}");

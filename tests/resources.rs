@@ -127,6 +127,7 @@ fn waiters_that_leave_take_their_deadlines_with_them() {
 
 #[test]
 fn many_waiters_timing_out_together_are_answered_together() {
+    let _files = many_files();
     let s = Server::start();
     let mut c = s.conn();
     grant(&mut c, "k", b"holder", 600_000);

@@ -21,6 +21,13 @@ pub enum Resp {
     Other(u8, Vec<Resp>),
 }
 
+/// Held by a test that opens thousands of connections: such tests run one at a time, so that
+/// together they stay under this process's open-file limit (the suite runs tests in parallel).
+pub fn many_files() -> std::sync::MutexGuard<'static, ()> {
+    static MANY_FILES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    MANY_FILES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A plain TCP connection speaking RESP by hand: send a command and walk away, close the socket
 /// while the server is blocked on it, pipeline, or read replies with a strict parser.
 pub struct RawConn {

@@ -153,12 +153,14 @@ def test_a_grant_the_replica_does_not_acknowledge_is_released(pair: Pair, m: Any
             lock.acquire()
         took = time.monotonic() - started
         assert m.execute_command("LOCK.INFO", "durable:b") is None  # no hold left
-    assert 0.25 <= took < 0.25 + 0.5
+    assert 0.25 <= took < 0.25 + 1.5
     assert isinstance(raised.value, redis.exceptions.LockError)
     assert raised.value.released and raised.value.replicas == 0 and raised.value.needed == 1
     assert lock.token is None and not lock.owned()
-    assert lock.acquire() is True  # the replica is back: granted and acknowledged
-    lock.release()
+    # The replica is back: granted and acknowledged (a generous timeout on a loaded machine).
+    again = front.lock(client, "durable:b", timeout=10, replicas=1, replicas_timeout=5, ephemeral=how == "ephemeral")
+    assert again.acquire() is True
+    again.release()
 
 
 class OwnPool(redis.ConnectionPool):
@@ -183,7 +185,8 @@ def test_a_waited_grant_is_waited_for_on_its_own_connection(pair: Pair, m: Any, 
         with pytest.raises(redislock.NotReplicatedError):
             waiting.result()
         assert m.execute_command("LOCK.INFO", "durable:c") is None
-    # And with the replica running, the waited grant is acknowledged.
+    # And with the replica running, the waited grant is acknowledged (a generous timeout).
+    waiter = front.lock(front.client(), "durable:c", timeout=10, replicas=1, replicas_timeout=5, thread_local=False)
     assert holder.acquire()
     waiting = in_thread(lambda: waiter.acquire(blocking_timeout=10))
     while must(holder.info())["waiters"] != 1:
