@@ -13,6 +13,9 @@ const { Server, LIBRARIES } = require("./servers");
 const { Proxy } = require("./proxy");
 
 const LEASE = 1200;
+// A loaded machine wakes a timer late by tens of ms: the bounds below allow that much. (When the
+// lease clock ends a hold is checked exactly by the core's own tests.)
+const SCHEDULING_MS = 100;
 
 let server;
 before(async () => {
@@ -111,7 +114,7 @@ for (const lib of LIBRARIES) {
       assert.equal(await result, "done");
       at.settled = performance.now();
       assert.ok(at.aborted < at.granted, JSON.stringify(at));
-      assert.ok(at.aborted - at.partition < LEASE, JSON.stringify(at));
+      assert.ok(at.aborted - at.partition < LEASE + SCHEDULING_MS, JSON.stringify(at));
       // using() settles once the routine ends, the release bounded even though unanswered.
       assert.ok(at.settled - at.routineEnd < 1500, JSON.stringify(at));
     });
@@ -216,7 +219,7 @@ for (const lib of LIBRARIES) {
       proxy.blackhole();
       const started = Date.now();
       await assert.rejects(locker.tryAcquire(key("pwait"), 10000, { wait: 1000 }), LockTimeoutError);
-      assert.ok(Date.now() - started < 1500, `${Date.now() - started} ms`);
+      assert.ok(Date.now() - started < 1500 + SCHEDULING_MS, `${Date.now() - started} ms`);
       await holder.release();
     });
 
@@ -247,7 +250,7 @@ for (const lib of LIBRARIES) {
           at.aborted = performance.now();
         });
         at.settled = performance.now();
-        assert.ok(at.aborted - at.killed < LEASE, JSON.stringify(at));
+        assert.ok(at.aborted - at.killed < LEASE + SCHEDULING_MS, JSON.stringify(at));
         assert.ok(at.settled - at.aborted < 1500, JSON.stringify(at));
         await sleep(300); // reconnection attempts happen meanwhile: what is being tested
       } finally {

@@ -31,6 +31,9 @@ from helpers import must
 from servers import Server
 
 LEASE = 1.2
+# A loaded machine wakes a thread late by tens of ms: the bounds below allow that much. (When the
+# lease clock ends a hold is checked exactly by the core's own tests.)
+SCHEDULING = 0.1
 
 
 @pytest.fixture
@@ -100,12 +103,12 @@ def test_a_partition_during_a_hold_is_signalled_before_another_client_is_granted
     assert lock.lost.wait(LEASE + 1), "the loss was not signalled"
     t.join(5)
     assert clock.at["lost"] < clock.at["other granted"]
-    assert clock.at["lost"] - clock.at["partition"] < LEASE
+    assert clock.at["lost"] - clock.at["partition"] < LEASE + SCHEDULING
     # release() during the partition gives up within about a second.
     started = time.monotonic()
     with pytest.raises((TimeoutError, ConnectionError)):
         lock.release()
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 1.5 + SCHEDULING
 
 
 def test_a_slow_network_keeps_the_lease(server: Server, r: redis.Redis, proxy: Proxy) -> None:
@@ -146,7 +149,7 @@ def test_a_partition_during_a_wait_ends_with_the_wait(server: Server, r: redis.R
     started = time.monotonic()
     with pytest.raises(TimeoutError):
         lock.acquire(blocking_timeout=1)
-    assert time.monotonic() - started < 1.5
+    assert time.monotonic() - started < 1.5 + SCHEDULING
 
 
 # --- waits --------------------------------------------------------------------------------------
@@ -239,7 +242,7 @@ def test_a_stopped_server_is_a_loss_at_the_lease_end() -> None:
             assert lock.lost.wait(LEASE + 1)
         finally:
             os.kill(must(s.proc).pid, signal.SIGCONT)
-        assert clock.at["lost"] - clock.at["stopped"] < LEASE, clock.at
+        assert clock.at["lost"] - clock.at["stopped"] < LEASE + SCHEDULING, clock.at
         assert not lock.owned()
     finally:
         s.stop()
@@ -254,11 +257,11 @@ def test_a_killed_server_is_a_loss_at_the_lease_end() -> None:
         s.kill()
         clock.mark("killed")
         assert lock.lost.wait(LEASE + 1)
-        assert clock.at["lost"] - clock.at["killed"] < LEASE
+        assert clock.at["lost"] - clock.at["killed"] < LEASE + SCHEDULING
         started = time.monotonic()
         with pytest.raises(ConnectionError):
             lock.release()
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 1.5 + SCHEDULING
     finally:
         s.stop()
 
@@ -325,14 +328,14 @@ def test_asyncio_a_partition_during_a_hold_is_signalled_before_another_client_is
         started = time.monotonic()
         with pytest.raises((TimeoutError, ConnectionError)):
             await lock.release()
-        assert time.monotonic() - started < 1.5
+        assert time.monotonic() - started < 1.5 + SCHEDULING
         await asyncio.get_running_loop().run_in_executor(None, t.join, 5)
         proxy.heal()
         await client.aclose()
 
     asyncio.run(main())
     assert clock.at["lost"] < clock.at["other granted"]
-    assert clock.at["lost"] - clock.at["partition"] < LEASE
+    assert clock.at["lost"] - clock.at["partition"] < LEASE + SCHEDULING
 
 
 def test_asyncio_a_cancelled_release_keeps_the_token(server: Server, r: redis.Redis, proxy: Proxy) -> None:
