@@ -201,7 +201,8 @@ async function tryAcquireAll(locker, names, ttlMs, opts, tools, MultiHold) {
   const grant = parseGrants(unwrap(reply), names);
   if (!grant) return null;
   if (d) await durable.confirm(d, label(names), reply, () => releaseAll(grant.token, Math.max(d.timeoutMs, 1000)));
-  const hold = new MultiHold(locker, names, grant.token, grant.fences, ttlMs, sent, opts.onLost, d);
+  // onLost is set once the hold is handed out: a grant given back below is no loss to report.
+  const hold = new MultiHold(locker, names, grant.token, grant.fences, ttlMs, sent, null, d);
   if (wait !== 0 && now() - sent > ttlMs / 10) {
     // Granted after a wait: the lease began at the grant, some time after the request was sent;
     // renew every key now so that the lease clock counts from a known moment.
@@ -215,6 +216,7 @@ async function tryAcquireAll(locker, names, ttlMs, opts, tools, MultiHold) {
       // not answered: the lease clock counts from the wait's request
     }
   }
+  if (typeof opts.onLost === "function") hold.onLost = opts.onLost;
   return hold;
 }
 

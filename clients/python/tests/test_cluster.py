@@ -141,6 +141,12 @@ def test_blocking_handoff_and_renewal_in_cluster(rc: RedisCluster, cluster: Clus
     assert got[0] is True and got[1] > fence
 
 
+def needs_acquireall(cluster: Cluster) -> None:
+    with cluster.nodes[0].client() as direct:
+        if not redislock.supports(direct, "LOCK.ACQUIREALL"):
+            pytest.skip("needs LOCK.ACQUIREALL, which this server's module does not have")
+
+
 def multi(front: Front, client: Any, names: List[str], **kwargs: Any) -> Any:
     if front.kind == "sync":
         return redislock.MultiLock(client, names, **kwargs)
@@ -148,8 +154,7 @@ def multi(front: Front, client: Any, names: List[str], **kwargs: Any) -> Any:
 
 
 def test_a_multi_lock_in_one_slot_waits_renews_and_replicates(front: Front, cluster: Cluster, rc: RedisCluster) -> None:
-    if not redislock.supports(rc, "LOCK.ACQUIREALL"):
-        pytest.skip("needs LOCK.ACQUIREALL, which this server's module does not have")
+    needs_acquireall(cluster)
     master, replica = cluster.nodes[1], cluster.replicas[1][0]
     acknowledged(cluster, master)
     tag = name_on(cluster, master, f"multi-{front.kind}-")  # "{…}lock": the tag's slot is the master's
@@ -176,8 +181,7 @@ def test_a_multi_lock_in_one_slot_waits_renews_and_replicates(front: Front, clus
 
 
 def test_names_in_two_slots_are_a_cross_slot_error(front: Front, cluster: Cluster, rc: RedisCluster) -> None:
-    if not redislock.supports(rc, "LOCK.ACQUIREALL"):
-        pytest.skip("needs LOCK.ACQUIREALL, which this server's module does not have")
+    needs_acquireall(cluster)
     names = ["acct:a", "acct:b"]
     assert key_slot(b"acct:a") != key_slot(b"acct:b")
     with pytest.raises(redislock.CrossSlotError, match="one Cluster slot"):
