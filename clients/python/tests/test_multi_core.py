@@ -53,7 +53,7 @@ def hold(durable: Any = None) -> MultiHold:
 
 
 def test_names_are_one_to_64_distinct_keys() -> None:
-    assert check_names(["a", b"b"]) == ["a", b"b"]
+    assert check_names(["a", b"b", memoryview(b"c")]) == ["a", b"b", b"c"]
     with pytest.raises(ValueError, match="1 to 64"):
         check_names([])
     with pytest.raises(ValueError, match="1 to 64"):

@@ -70,7 +70,7 @@ def check_names(names: Sequence[Name]) -> List[Name]:
     """1 to 64 distinct names (as the server takes them), in the order given."""
     if isinstance(names, (str, bytes, memoryview)):
         raise TypeError("names must be a list of key names, not one name")
-    given = list(names)
+    given: List[Name] = [bytes(n) if isinstance(n, memoryview) else n for n in names]  # hashable keys
     if not 1 <= len(given) <= MAX_KEYS:
         raise ValueError(f"a multi-lock takes 1 to {MAX_KEYS} names, not {len(given)}")
     seen = set()
