@@ -55,6 +55,17 @@ pub fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
     key
 }
 
+/// Makes the calling client wait for every one of `names` at once.
+/// False if it could not be blocked.
+pub fn wait_all(
+    _ctx: &Context,
+    _names: &[RedisString],
+    _request: waiting::Request,
+    _timeout: u64,
+) -> bool {
+    false
+}
+
 /// A grant the core decided on: who, how, until when.
 pub struct Grant<'a> {
     pub token: &'a [u8],
