@@ -8,7 +8,7 @@ from typing import Any, Callable, List, Tuple
 
 import pytest
 from redis.crc import key_slot
-from redis.exceptions import ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError, TryAgainError
+from redis.exceptions import ClusterCrossSlotError, ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError, TryAgainError
 
 from helpers import must
 from redislock import CrossSlotError, NotReplicatedError
@@ -93,6 +93,9 @@ def test_crossslot_from_the_server_is_a_cross_slot_error() -> None:
     carry, _ = script(ResponseError("CROSSSLOT Keys in request don't hash to the same slot"))
     with pytest.raises(CrossSlotError, match="CROSSSLOT"):
         drive(acquire_all(SPEC, b"t", 1000), carry)
+    carry, _ = script(ClusterCrossSlotError("Keys in request don't hash to the same slot"))  # as redis-py parses it
+    with pytest.raises(CrossSlotError, match="CROSSSLOT"):
+        drive(acquire_all(SPEC, b"t", None), carry)
 
 
 def test_a_wait_is_sent_again_after_a_drop_and_a_redirect() -> None:

@@ -26,7 +26,15 @@ from __future__ import annotations
 import time
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from redis.exceptions import ClusterError, ConnectionError, LockError, LockNotOwnedError, ResponseError, TimeoutError
+from redis.exceptions import (
+    ClusterCrossSlotError,
+    ClusterError,
+    ConnectionError,
+    LockError,
+    LockNotOwnedError,
+    ResponseError,
+    TimeoutError,
+)
 
 from ._common import (
     EncodableT,
@@ -103,8 +111,8 @@ def label(names: Sequence[Name]) -> str:
 
 def error_of(err: ResponseError, names: Sequence[Name], what: str) -> Exception:
     """A server error as the multi-lock raises it."""
-    if str(err).startswith("CROSSSLOT"):
-        return CrossSlotError(f"{label(names)}: {err}")
+    if isinstance(err, ClusterCrossSlotError) or str(err).startswith("CROSSSLOT"):
+        return CrossSlotError(f"{label(names)}: CROSSSLOT {err}")  # redis-py drops the word
     return translate(err, label(names), what)
 
 
