@@ -118,10 +118,13 @@ for (const lib of LIBRARIES) {
       });
       for (const key of keys) assert.equal(await info(server.port, key), null);
       let told = null;
-      const hold = await locker.acquire(keys, 600, { onLost: (err, h) => (told = [err, h]) });
-      hold.renewEvery(600);
+      const hold = await locker.acquire(keys, 2400, { onLost: (err, h) => (told = [err, h]) });
+      hold.renewEvery(2400);
       await lib.call(otherClient, "DEL", keys[1]); // one key taken away behind the holder's back
+      const deleted = performance.now();
       await new Promise((resolve) => hold.signal.addEventListener("abort", resolve, { once: true }));
+      // Told by the first renewal (800 ms), long before the set's lease clock would run out (2400 ms).
+      assert.ok(performance.now() - deleted < 1600, `${performance.now() - deleted} ms`);
       assert.ok(hold.signal.reason instanceof LockLostError);
       assert.equal(told[1], hold);
       assert.equal(await hold.release(), false); // the keys still held are released all the same
