@@ -6,6 +6,7 @@
 
 mod basics;
 mod effects;
+mod waiting;
 
 use redis::{Connection, Value};
 

@@ -13,6 +13,8 @@
 //! - this file: opening a key live, carrying out a grant, release,
 //!   extend, revoke, lease ends, and the jobs the scheduler runs;
 //! - `serve.rs`: handing a lock to its waiters;
+//! - `serve_all.rs`: waiting for several locks at once, and granting them
+//!   all together;
 //! - `keyspace.rs`: locks leaving or moving without a command of ours
 //!   (unlink, flush, SWAPDB) and a demotion;
 //! - `observed.rs`: what observers see, and when they look.
@@ -20,10 +22,12 @@
 mod keyspace;
 mod observed;
 mod serve;
+mod serve_all;
 
 pub use keyspace::*;
 pub use observed::observe;
 pub use serve::*;
+pub use serve_all::wait_all;
 
 use std::ffi::CStr;
 
@@ -53,17 +57,6 @@ pub fn open_live(ctx: &Context, name: &RedisString) -> LockKey {
         return LockKey::open(ctx, name, true);
     }
     key
-}
-
-/// Makes the calling client wait for every one of `names` at once.
-/// False if it could not be blocked.
-pub fn wait_all(
-    _ctx: &Context,
-    _names: &[RedisString],
-    _request: waiting::Request,
-    _timeout: u64,
-) -> bool {
-    false
 }
 
 /// A grant the core decided on: who, how, until when.
