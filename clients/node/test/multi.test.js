@@ -47,6 +47,17 @@ async function blocked(name) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms)); // elapsed time itself is what is tested
 
+/** Resolves when `signal` aborts; rejects if it has not within `ms`. */
+function aborted(signal, ms, what) {
+  let timer;
+  return Promise.race([
+    new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true })),
+    new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} was not signalled within ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 for (const lib of LIBRARIES) {
   describe(`${lib.name}: several keys`, () => {
     let client;
@@ -130,7 +141,7 @@ for (const lib of LIBRARIES) {
       hold.renewEvery(2400);
       await lib.call(otherClient, "DEL", keys[1]); // one key taken away behind the holder's back
       const deleted = performance.now();
-      await new Promise((resolve) => hold.signal.addEventListener("abort", resolve, { once: true }));
+      await aborted(hold.signal, 3000, "the loss of one key");
       // Told by the first renewal (800 ms), long before the set's lease clock would run out (2400 ms).
       assert.ok(performance.now() - deleted < 1600, `${performance.now() - deleted} ms`);
       assert.ok(hold.signal.reason instanceof LockLostError);
@@ -207,7 +218,7 @@ describe("several keys through the fault proxy", () => {
             at.granted = performance.now();
             return h;
           });
-          await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+          await aborted(signal, LEASE + 1000, "the partition");
           at.aborted = performance.now();
           await (await granted).release();
           return "done";
