@@ -117,8 +117,11 @@ class MultiLockBase(Generic[C]):
     def _acquire(
         self, blocking: Optional[bool], blocking_timeout: Optional[Number], token: Optional[bytes]
     ) -> Flow[bool]:
-        wait = block_ms(self.blocking if blocking is None else blocking,
-                        self.blocking_timeout if blocking_timeout is None else blocking_timeout)
+        if blocking is None:
+            blocking = self.blocking
+        if blocking_timeout is None:
+            blocking_timeout = self.blocking_timeout
+        wait = block_ms(blocking, blocking_timeout)
         grant = yield from acquire_all(self._spec, new_token() if token is None else token, wait)
         if grant is None:
             return False
