@@ -2,10 +2,12 @@
 //! token …`, all of its keys or none, and `LOCK.RELEASEALL`. This file: the helpers. `basics.rs`:
 //! the replies, all or nothing, each key an ordinary lock afterwards. `effects.rs`: replicas,
 //! the AOF, restarts, key specs (GETKEYS, ACL key patterns, Cluster slots). `waiting.rs`:
-//! waiting on every key's queue at once, first come first served across queues.
+//! waiting on every key's queue at once, first come first served across queues. `states.rs`:
+//! waiting through server states, the handoff's effects, observers, `EPHEMERAL`.
 
 mod basics;
 mod effects;
+mod states;
 mod waiting;
 
 use redis::{Connection, Value};
