@@ -193,6 +193,39 @@ def test_names_in_two_slots_are_a_cross_slot_error(front: Front, cluster: Cluste
             redislock.MultiLock(direct, names, timeout=5).acquire(blocking=False)
 
 
+def test_a_multi_lock_follows_a_slot_migration(front: Front, cluster: Cluster) -> None:
+    needs_acquireall(cluster)
+    source, target = cluster.nodes[0], cluster.nodes[1]
+    tag = name_on(cluster, source, f"mmove-{front.kind}-")
+    names = [tag + ":a", tag + ":b"]
+    slot = key_slot(tag.encode())
+    client = front.client()
+    lost = threading.Event()
+    holder = multi(front, client, names, lease=0.9, on_lost=lambda _: lost.set())
+    assert holder.acquire(blocking=False)
+    fences = dict(holder.fences)
+    got: List[Any] = []
+    waiter = multi(front, client, names, timeout=30)
+    t = threading.Thread(target=lambda: got.append(waiter.acquire(blocking_timeout=15)))
+    t.start()
+    wait_for(lambda: lock_info(source, names[0])["waiters"] == 1)
+
+    def while_split() -> None:
+        # The keys are on the target, the slot still the source's (ASK): the wait is queued
+        # again there, and the holder's renewals follow (a lease and a half, renewed).
+        wait_for(lambda: (lock_info(target, names[0], asking=True) or {}).get("waiters") == 1)
+        assert not lost.wait(1.35) and holder.owned()
+
+    cluster.move_slot(slot, source, target, [n.encode() for n in names], between=while_split)
+    assert not lost.wait(1.0)  # after SETSLOT … NODE: MOVED, and the renewals go on
+    assert holder.release() == 2
+    t.join(10)
+    assert got == [True] and all(waiter.fences[n] > fences[n] for n in names)
+    assert all(lock_info(target, n)["token"] == waiter.token for n in names)
+    waiter.release()
+    assert cluster.master_of(slot) is target
+
+
 def test_a_slot_migration_is_followed(front: Front, cluster: Cluster) -> None:
     source = cluster.nodes[2]
     target = cluster.nodes[1]
