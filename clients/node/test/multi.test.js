@@ -131,7 +131,7 @@ for (const lib of LIBRARIES) {
       if (!supported) return t.skip(SKIP);
       const keys = names("renew");
       await locker.using(keys, 600, async (signal, hold) => {
-        await sleep(1500); // more than two leases: held only if every key was renewed
+        await sleep(1300); // more than two leases: held only if every key was renewed
         assert.equal(signal.aborted, false);
         for (const key of keys) assert.equal((await info(server.port, key)).token, hold.token);
       });

@@ -141,9 +141,9 @@ def test_waits_are_served_in_order_on_every_key(r: redis.Redis, server: Server, 
 
 def test_auto_renew_keeps_every_key(r: redis.Redis, front: Front) -> None:
     lost = threading.Event()
-    lock = multi(front, front.client(), NAMES, lease=0.6, on_lost=lambda _: lost.set())
+    lock = multi(front, front.client(), NAMES, lease=0.45, on_lost=lambda _: lost.set())
     assert lock.acquire()
-    assert not lost.wait(1.5)  # more than two leases: held only if every key was renewed
+    assert not lost.wait(1.1)  # more than two leases: held only if every key was renewed
     for name in NAMES:
         assert must(info(r, name))["token"] == lock.token
     lock.release()
