@@ -51,25 +51,37 @@ fn refused(decision: Decision) -> Option<LockError> {
 }
 
 /// Decides every key, serving its waiters first where it is free but has
-/// some (a newcomer never overtakes them). The first error in key order
-/// answers the command; nothing has been granted yet.
+/// some (a newcomer never overtakes them). Serving one key may grant a
+/// waiter other keys of this request too, so once any was served every
+/// key is decided again. The first error in key order answers the
+/// command; nothing has been granted yet.
 fn decide_all(ctx: &Context, names: &[RedisString], ask: &Ask) -> Result<Vec<Decision>, LockError> {
     let mut decisions = Vec::with_capacity(names.len());
+    let mut served = false;
     for name in names {
         let key = locks::open_live(ctx, name);
-        let mut decision = ask.decide(&key, false)?;
+        let decision = ask.decide(&key, false)?;
         if decision == Decision::Grant && waiting::count(ctx, name) > 0 {
             drop(key);
             locks::serve(ctx, name);
-            let key = LockKey::open(ctx, name, true);
-            decision = ask.decide(&key, waiting::count(ctx, name) > 0)?;
+            served = true;
         }
         if let Some(e) = refused(decision) {
             return Err(e);
         }
         decisions.push(decision);
     }
-    Ok(decisions)
+    if !served {
+        return Ok(decisions);
+    }
+    names
+        .iter()
+        .map(|name| {
+            let key = LockKey::open(ctx, name, true);
+            let decision = ask.decide(&key, waiting::count(ctx, name) > 0)?;
+            refused(decision).map_or(Ok(decision), Err)
+        })
+        .collect()
 }
 
 /// The keys as Redis strings, each with the holds of closed connections

@@ -158,3 +158,50 @@ fn an_ephemeral_multi_key_hold_goes_with_its_connection() {
     assert_eq!(fences_of(&w).len(), 2);
     assert_eq!(holder(&mut c, "e1"), Some(b"next".to_vec()));
 }
+
+/// The multi-key waiter is granted (its reply queued) and killed in the same transaction: every
+/// key is given back, and the waiter behind it on one of them is served before its timeout.
+#[test]
+fn a_grant_whose_client_left_before_the_reply_is_given_back_on_every_key() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "r1", b"holder", 60_000);
+    let doomed = spawn_all(&s, &["r1", "r2"], "doomed", 60_000, 0, &[]);
+    wait_waiters(&mut c, "r1", 1);
+    // r2 is free, but the earlier request waits for it: so does this one.
+    let next = spawn_waiter(&s, "r2", "next", 60_000, 5_000);
+    wait_until("two waiters", Duration::from_secs(10), || {
+        stat(&s, "waiters") == 2
+    });
+    let replies: Value = redis::pipe()
+        .atomic()
+        .cmd("LOCK.RELEASE")
+        .arg("r1")
+        .arg("holder")
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("ID")
+        .arg(doomed.id)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, Value::Array(vec![Value::Int(1), Value::Int(1)]));
+    assert!(doomed.recv().reply.is_err(), "closed without a grant");
+    let answer = next.recv();
+    assert_eq!(answer.granted().0, b"next");
+    assert!(answer.took < Duration::from_millis(5_000));
+    assert!(!exists(&mut c, "r1"), "r1 given back");
+}
+
+/// `FLUSHALL` while a multi-key request waits: its keys are free, and it is granted them all.
+#[test]
+fn a_flush_frees_the_keys_of_a_waiting_request() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "f1", b"holder", 60_000);
+    grant(&mut c, "f2", b"holder", 60_000);
+    let w = spawn_all(&s, &["f2", "f1"], "multi", 60_000, 0, &[]);
+    wait_waiters(&mut c, "f1", 1);
+    ok(&mut c, &rcmd!("FLUSHALL"));
+    assert_eq!(fences_of(&w).len(), 2);
+    assert_eq!(holder(&mut c, "f1"), Some(b"multi".to_vec()));
+}
