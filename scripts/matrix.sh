@@ -3,8 +3,8 @@
 # 8.2, Valkey 8.1 and 9.1), one server after the other, the integration tests and, side by side
 # with them, the client libraries' suites (scripts/client-tests.sh; each suite starts its own
 # servers on free ports and mostly waits on them). On the first server `cargo test --release`
-# also runs the unit tests and the torture test; make stress runs the torture test on the
-# others; the client libraries' Cluster tests run on the first and last server only. Every
+# also runs the unit tests and the torture tests (tests/torture.rs, tests/multi_torture.rs);
+# make stress runs them on the others; the client libraries' Cluster tests run on the first and last server only. Every
 # server is tried; the exit status is non-zero if any run failed, and the last
 # lines name what failed.
 set -uo pipefail

@@ -3,7 +3,11 @@
 #
 #   1. torture     tests/torture.rs for STRESS_TORTURE_SECS (default 240) with
 #                  STRESS_TORTURE_WORKERS clients (default 16): mutual exclusion, fences, fairness;
-#                  then at its short length on the other servers of the matrix
+#                  then at its short length on the other servers of the matrix; then
+#                  tests/multi_torture.rs (multi-key locks: random 2-3-key subsets of 5 keys in
+#                  random order with BLOCK; no overlap, no stale fence, no timeout, progress)
+#                  for STRESS_MULTI_TORTURE_SECS (default 120) with STRESS_MULTI_TORTURE_WORKERS
+#                  (default 12), and at its short length on the other servers
 #   2. fuzz        the fuzz/ targets (args, record, fence, holders): the seeded random driver
 #                  for STRESS_FUZZ_ITERS cases each (default 2000000) or STRESS_FUZZ_DRIVER_SECS
 #                  seconds each (default 60), whichever ends first, then libFuzzer through
@@ -45,6 +49,8 @@ ln -sfn "$stamp" "$root/stress/logs/latest"
 
 TORTURE_SECS=${STRESS_TORTURE_SECS:-240}
 TORTURE_WORKERS=${STRESS_TORTURE_WORKERS:-16}
+MULTI_TORTURE_SECS=${STRESS_MULTI_TORTURE_SECS:-120}
+MULTI_TORTURE_WORKERS=${STRESS_MULTI_TORTURE_WORKERS:-12}
 FUZZ_ITERS=${STRESS_FUZZ_ITERS:-2000000}
 FUZZ_DRIVER_SECS=${STRESS_FUZZ_DRIVER_SECS:-60}
 FUZZ_SECS=${STRESS_FUZZ_SECS:-45}
@@ -104,6 +110,31 @@ for server in $(scripts/servers.sh --others 2>/dev/null); do
         result "torture on $label: violations $(field TORTURE-SUMMARY "$log" violations) [$(elapsed $t0)s]"
     else
         fail "torture on $label; see $log"
+    fi
+done
+
+# 1c. Multi-key deadlock torture: tests/multi_torture.rs long on the first server, at its
+# make-test length on the others.
+note "multi-key torture: ${MULTI_TORTURE_SECS}s, ${MULTI_TORTURE_WORKERS} workers, seed $SEED"
+t0=$(date +%s)
+log="$logs/multi-torture.log"
+if REDISLOCK_MULTI_STRESS_SECS=$MULTI_TORTURE_SECS REDISLOCK_MULTI_STRESS_WORKERS=$MULTI_TORTURE_WORKERS \
+    REDISLOCK_MULTI_STRESS_SEED=$SEED \
+    cargo test --release --test multi_torture -- --nocapture >"$log" 2>&1; then
+    result "multi-key torture: $(field MULTI-TORTURE-SUMMARY "$log" multi_grants) multi-key grants, $(field MULTI-TORTURE-SUMMARY "$log" single_grants) single, fewest per worker $(field MULTI-TORTURE-SUMMARY "$log" min_worker), violations $(field MULTI-TORTURE-SUMMARY "$log" violations) [$(elapsed $t0)s]"
+else
+    fail "multi-key torture; see $log"
+fi
+n=0
+for server in $(scripts/servers.sh --others 2>/dev/null); do
+    label=$("$server" --version | cut -d' ' -f1-3)
+    n=$((n + 1))
+    log="$logs/multi-torture-server-$n.log"
+    t0=$(date +%s)
+    if REDIS_SERVER=$server cargo test --release --test multi_torture -- --nocapture >"$log" 2>&1; then
+        result "multi-key torture on $label: violations $(field MULTI-TORTURE-SUMMARY "$log" violations) [$(elapsed $t0)s]"
+    else
+        fail "multi-key torture on $label; see $log"
     fi
 done
 

@@ -58,9 +58,11 @@ fn names(list: &[&str]) -> Vec<String> {
     v
 }
 
-const PUBLIC_WRITES: [&str; 5] = [
+const PUBLIC_WRITES: [&str; 7] = [
     "lock.acquire",
+    "lock.acquireall",
     "lock.release",
+    "lock.releaseall",
     "lock.extend",
     "lock.call",
     "lock.fence",
@@ -91,14 +93,15 @@ fn commands_are_in_the_categories_an_operator_expects() {
     );
     assert_eq!(
         category(&mut c, "blocking"),
-        names(&["lock.acquire", "lock.observe"])
+        names(&["lock.acquire", "lock.acquireall", "lock.observe"])
     );
     assert_eq!(
         category(&mut c, "fast"),
-        names(&["lock.extend", "lock.release"])
+        names(&["lock.extend", "lock.release", "lock.releaseall"])
     );
     let slow: Vec<&str> = [
         "lock.acquire",
+        "lock.acquireall",
         "lock.info",
         "lock.observe",
         "lock.call",

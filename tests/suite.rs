@@ -24,6 +24,7 @@ mod faults;
 mod fuzz_commands;
 mod guarded;
 mod kinds;
+mod multi;
 mod observe;
 mod persistence;
 mod redaction;

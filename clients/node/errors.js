@@ -61,6 +61,12 @@ class NotReplicatedError extends LockError {
   }
 }
 
+/**
+ * The keys of a multi-resource lock are not in one Cluster slot (the server's CROSSSLOT, or the
+ * locker's own check on a Cluster, before anything is sent): give them one hash tag, {tag}:name.
+ */
+class CrossSlotError extends LockError {}
+
 module.exports = {
   LockError,
   LockBusyError,
@@ -70,4 +76,5 @@ module.exports = {
   StaleFenceError,
   LockTimeoutError,
   NotReplicatedError,
+  CrossSlotError,
 };

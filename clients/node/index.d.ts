@@ -133,6 +133,37 @@ export declare class Hold {
   call(...command: Arg[]): Promise<unknown>;
 }
 
+/** The options of a lock on several keys: those of one key but `limit` (exclusive or `shared` only). */
+export interface MultiAcquireOptions extends Omit<AcquireOptions, "limit" | "onLost"> {
+  /** Called once when the set is lost: its lease ran out with no renewal of every key answered, or a renewal found any key gone. */
+  onLost?: (error: LockLostError, hold: MultiHold) => void;
+}
+
+/**
+ * A hold of several keys at once (LOCK.ACQUIREALL): one token on every key, one fence per key,
+ * one lease clock for the set. `name` names the set (`[a, b]`); `fence` is the first key's.
+ */
+export declare class MultiHold extends Hold {
+  /** The keys, in the order given. */
+  readonly resources: Array<string | Buffer>;
+  /** One fence per key, in the order of `resources`; bigints, exact beyond 2^53. */
+  readonly fences: bigint[];
+  /** The fence of one of the keys (RangeError for a key not in the set). */
+  fenceOf(name: string | Buffer): bigint;
+  /**
+   * Resets every key's lease to `ttlMs` (one LOCK.EXTEND per key, in turn). LockLostError (the
+   * set signalled lost) if any key is gone; LockTimeoutError if not every key was answered within
+   * `timeoutMs`: the lease clock then stays where it was.
+   */
+  extend(ttlMs?: number, timeoutMs?: number): Promise<MultiHold>;
+  /** Gives every key back (LOCK.RELEASEALL): true if every key was still held, false if any had been lost. */
+  release(): Promise<boolean>;
+  /** True if every key still has this hold (its token, with this grant's fence). */
+  owned(): Promise<boolean>;
+  /** Not for a hold of several keys: rejects with TypeError (guard writes with fenced() and fenceOf(name)). */
+  call(...command: Arg[]): Promise<never>;
+}
+
 export declare class Locker {
   constructor(client: Client);
   /**
@@ -141,8 +172,16 @@ export declare class Locker {
    * with the time left.
    */
   acquire(name: string | Buffer, ttlMs: number, opts?: AcquireOptions): Promise<Hold>;
+  /**
+   * Takes every key at once, or none (LOCK.ACQUIREALL): 1 to 64 distinct names, in one slot on
+   * a Cluster (CrossSlotError otherwise, before anything is sent). A wait queues on every key at
+   * once, first come first served, and is granted when every key has room — never in part.
+   * Rejects with LockBusyError if not granted (within `wait`).
+   */
+  acquire(names: Array<string | Buffer>, ttlMs: number, opts?: MultiAcquireOptions): Promise<MultiHold>;
   /** As acquire(), but resolves to null when not granted. */
   tryAcquire(name: string | Buffer, ttlMs: number, opts?: AcquireOptions): Promise<Hold | null>;
+  tryAcquire(names: Array<string | Buffer>, ttlMs: number, opts?: MultiAcquireOptions): Promise<MultiHold | null>;
   /**
    * Runs `routine` while holding the lock, renewing it every third of `ttlMs`; `signal` is
    * aborted (reason: LockLostError) when a renewal finds the hold gone, or at the lease's
@@ -155,6 +194,14 @@ export declare class Locker {
     ttlMs: number,
     opts: AcquireOptions,
     routine: (signal: AbortSignal, hold: Hold) => Promise<T>,
+  ): Promise<T>;
+  /** using() over several keys: every key taken at once, renewed, and released together at the end. */
+  using<T>(names: Array<string | Buffer>, ttlMs: number, routine: (signal: AbortSignal, hold: MultiHold) => Promise<T>): Promise<T>;
+  using<T>(
+    names: Array<string | Buffer>,
+    ttlMs: number,
+    opts: MultiAcquireOptions,
+    routine: (signal: AbortSignal, hold: MultiHold) => Promise<T>,
   ): Promise<T>;
   /** LOCK.INFO, or null when nobody holds the lock. */
   info(name: string): Promise<LockInfo | null>;
@@ -240,6 +287,8 @@ export declare class LockBusyError extends LockError {}
 export declare class LockLostError extends LockError {}
 /** No answer within the time the call could take (a wait's timeout, the lease time left). */
 export declare class LockTimeoutError extends LockError {}
+/** The keys of a multi-resource lock are not in one Cluster slot: give them one hash tag ({tag}:name). */
+export declare class CrossSlotError extends LockError {}
 export declare class UnsupportedError extends LockError {}
 /** The request does not fit the key: a semaphore with another limit (`limit`: the key's), LIMIT on a read/write lock, or the token holds the key in the other mode (`otherMode`). */
 export declare class LockKindError extends LockError {

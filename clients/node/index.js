@@ -15,9 +15,11 @@ const {
   StaleFenceError,
   LockTimeoutError,
   NotReplicatedError,
+  CrossSlotError,
 } = require("./errors");
 const durable = require("./durable");
 const { Election } = require("./election");
+const multi = require("./multi");
 // The release, one number for the module and both clients (Cargo.toml's; a test checks they agree).
 const { version } = require("./package.json");
 
@@ -1032,6 +1034,7 @@ class Locker {
   /** Takes the lock `name` for `ttlMs`; LockBusyError if it is not granted (within `wait`). */
   async acquire(name, ttlMs, opts = {}) {
     const hold = await this.tryAcquire(name, ttlMs, opts);
+    if (!hold && Array.isArray(name)) throw multi.busy(name, opts);
     if (!hold) {
       throw new LockBusyError(
         opts.wait ? `${name} was not granted within ${opts.wait} ms` : `${name} is held by another token`,
@@ -1050,6 +1053,7 @@ class Locker {
    * network's round trip.
    */
   async tryAcquire(name, ttlMs, opts = {}, extra = null) {
+    if (Array.isArray(name)) return multi.tryAcquireAll(this, name, ttlMs, opts, MULTI_TOOLS, MultiHold);
     checkName(name);
     positiveMs(ttlMs, "ttlMs");
     if (opts === null || typeof opts !== "object") throw new TypeError(`the options must be an object, not ${shown(opts)}`);
@@ -1098,7 +1102,8 @@ class Locker {
   }
 
   // A wait in the server, on a connection of its own (never the one other commands go through).
-  async waitFor(name, args, wait, signal, follow = null, keep = null) {
+  // `giveBack(late)`: gives back a grant that came after the wait was ended (default: LOCK.RELEASE).
+  async waitFor(name, args, wait, signal, follow = null, keep = null, giveBack = null) {
     const deadline = wait === Infinity ? Infinity : now() + wait;
     const conns = this.conns;
     let requeued = false;
@@ -1168,7 +1173,8 @@ class Locker {
           // is given back.
           await stopped;
           const late = await within(answer, 1000, () => new Error("no answer")).catch(() => null);
-          const grant = late && Array.isArray(late) ? parseGrant(late, name) : null;
+          if (giveBack && late && Array.isArray(late)) await Promise.resolve().then(() => giveBack(late)).catch(() => {});
+          const grant = !giveBack && late && Array.isArray(late) ? parseGrant(late, name) : null;
           if (grant) await this.send(["LOCK.RELEASE", name, grant.token], name, 1000, "release").catch(() => {});
           healthy = conn.conn.alive;
           throw reason;
@@ -1329,10 +1335,25 @@ const ELECTION_TOOLS = {
   WAIT_GRACE_MS,
 };
 
+/** What multi.js uses of this module, and its hold class (a Hold over several keys). */
+const MULTI_TOOLS = {
+  ...ELECTION_TOOLS,
+  Hold,
+  clock,
+  str,
+  errorText,
+  translate,
+  keySlot,
+  modeArgs,
+  newToken,
+};
+const MultiHold = multi.makeMultiHold(MULTI_TOOLS);
+
 module.exports = {
   version,
   Locker,
   Hold,
+  MultiHold,
   Election,
   LockError,
   LockBusyError,
@@ -1342,4 +1363,5 @@ module.exports = {
   LockKindError,
   StaleFenceError,
   NotReplicatedError,
+  CrossSlotError,
 };

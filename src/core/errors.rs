@@ -8,7 +8,7 @@ use std::fmt;
 // The one part of the core this file uses: the bounds the texts name, from
 // a leaf that uses nothing.
 use crate::core::limits::{
-    HOLD_EFFECT_VERSION, MAX_BLOCK_MS, MAX_DATA_LEN, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS,
+    HOLD_EFFECT_VERSION, MAX_BLOCK_MS, MAX_DATA_LEN, MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS,
 };
 
 /// A reason to refuse a command. Nothing has been changed when one is returned.
@@ -94,6 +94,13 @@ pub enum LockError {
     /// `EPHEMERAL` where no client connection runs the command (a script,
     /// a function, a module's call): nothing could ever release the hold.
     EphemeralWithoutConnection,
+    /// A `numkeys` that is not an integer from 1 to `MAX_KEYS`, or more
+    /// keys than arguments.
+    InvalidNumkeys,
+    /// The same key named twice in one multi-key command.
+    RepeatedKey,
+    /// `LIMIT` in a multi-key acquire: semaphores are taken one at a time.
+    LimitNotMulti,
     /// An internal effect of a version this module does not know.
     EffectVersion(u64),
     /// A bug in the module, found before anything was changed: a panic caught
@@ -145,6 +152,9 @@ impl fmt::Display for LockError {
             KindMismatch { semaphore_limit: Some(limit) } => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
             OtherMode => f.write_str("ERR this token already holds the key in another mode: release it first"),
             EphemeralWithoutConnection => f.write_str("ERR EPHEMERAL binds a hold to the client connection, and this call has none (a script, a function or a module's call): acquire without EPHEMERAL"),
+            InvalidNumkeys => write!(f, "ERR invalid numkeys: must be an integer from 1 to {MAX_KEYS}, with that many keys after it"),
+            RepeatedKey => f.write_str("ERR a key is named more than once: each key must be distinct"),
+            LimitNotMulti => f.write_str("ERR LIMIT does not apply to LOCK.ACQUIREALL: take semaphore places one key at a time with LOCK.ACQUIRE"),
             EffectVersion(v) => write!(f, "ERR LOCK._HOLD effect version {v} is not understood by this redislock (it knows version {}): upgrade this server's module", HOLD_EFFECT_VERSION),
             Internal => f.write_str("ERR internal error in redislock; the command was not applied"),
         }
@@ -193,6 +203,9 @@ mod tests {
             },
             LockError::OtherMode,
             LockError::EffectVersion(2),
+            LockError::InvalidNumkeys,
+            LockError::RepeatedKey,
+            LockError::LimitNotMulti,
             LockError::EphemeralWithoutConnection,
             LockError::ReplyNotForwarded("getdel".into()),
             LockError::Internal,

@@ -19,5 +19,8 @@ pub const MAX_DATA_LEN: usize = 4096;
 /// The most places a semaphore (`LIMIT count`) can have.
 pub const MAX_LIMIT: u32 = 1_000_000;
 
+/// The most keys one `LOCK.ACQUIREALL` or `LOCK.RELEASEALL` names.
+pub const MAX_KEYS: usize = 64;
+
 /// The version of the `LOCK._HOLD` effect this module writes and reads.
 pub const HOLD_EFFECT_VERSION: u64 = 1;

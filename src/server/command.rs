@@ -35,6 +35,11 @@ impl<'a> Call<'a> {
         RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
     }
 
+    /// The argument `argv[at]` as a Redis string (`at` within the arguments).
+    pub fn arg(&self, at: usize) -> RedisString {
+        RedisString::new(NonNull::new(self.ctx.ctx), self.raw[at])
+    }
+
     /// The arguments as Redis strings, for passing on to Redis.
     pub fn raw_args(&self) -> &[*mut raw::RedisModuleString] {
         self.raw

@@ -25,6 +25,8 @@ pub struct Doc {
     summary: &'static CStr,
     arity: c_int,
     key_flags: u32,
+    /// The keys follow a `numkeys` argument (at 1), rather than one key at 1.
+    numkeys: bool,
     args: &'static [Arg],
     complexity: &'static CStr,
 }
@@ -96,6 +98,7 @@ pub const ACQUIRE: Doc = Doc {
     // token is named rather than answered "wrong number of arguments".
     arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     args: &[
         KEY,
         TOKEN,
@@ -149,11 +152,83 @@ pub const ACQUIRE: Doc = Doc {
     ],
 };
 
+const NUMKEYS_ARG: Arg = Arg {
+    summary: Some(c"how many keys follow, 1 to 64"),
+    ..arg(c"numkeys", INTEGER)
+};
+const KEYS: Arg = Arg {
+    multiple: true,
+    ..KEY
+};
+
+/// The options of a multi-key acquire: LOCK.ACQUIRE's, without LIMIT.
+const SHARED_ALL: Arg = Arg {
+    token: Some(c"SHARED"),
+    optional: true,
+    summary: Some(c"shared (read) holds on every key"),
+    ..arg(
+        c"shared",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+    )
+};
+const EPHEMERAL_ALL: Arg = Arg {
+    token: Some(c"EPHEMERAL"),
+    optional: true,
+    summary: Some(c"release every key when this connection closes"),
+    ..arg(
+        c"ephemeral",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+    )
+};
+const BLOCK_ALL: Arg = Arg {
+    token: Some(c"BLOCK"),
+    optional: true,
+    summary: Some(c"wait up to this many milliseconds (0: no limit) for all the keys at once"),
+    ..arg(c"timeout", INTEGER)
+};
+const DATA_ALL: Arg = Arg {
+    token: Some(c"DATA"),
+    optional: true,
+    summary: Some(c"public data kept with each exclusive hold, 1 to 4096 bytes"),
+    ..arg(
+        c"data",
+        raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,
+    )
+};
+
+pub const ACQUIREALL: Doc = Doc {
+    complexity: c"O(N) for N exclusive locks; O(N log H) for keys with H shared holders",
+    summary: c"Acquires every key or none in one atomic step, or waits for all of them at once in the server; returns the owner token and one fencing token per key",
+    arity: -5,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: true,
+    args: &[
+        NUMKEYS_ARG,
+        KEYS,
+        TOKEN,
+        EXPIRATION,
+        SHARED_ALL,
+        EPHEMERAL_ALL,
+        BLOCK_ALL,
+        DATA_ALL,
+    ],
+};
+
+pub const RELEASEALL: Doc = Doc {
+    complexity: c"O(N) for N exclusive locks; O(N log H) for keys with H shared holders",
+    summary: c"Releases the token's holds of the keys, handing each to its waiters; returns how many it released",
+    arity: -4,
+    key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: true,
+    args: &[NUMKEYS_ARG, KEYS, TOKEN],
+};
+
 pub const RELEASE: Doc = Doc {
     complexity: ONE_HOLDER,
     summary: c"Releases a lock if the token holds it, handing it to the first waiter",
     arity: 3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_DELETE,
+    numkeys: false,
     args: &[KEY, TOKEN],
 };
 
@@ -162,6 +237,7 @@ pub const EXTEND: Doc = Doc {
     summary: c"Sets a held lock's remaining time if the token holds it",
     arity: -3,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     args: &[KEY, TOKEN, EXPIRATION],
 };
 
@@ -170,6 +246,7 @@ pub const INFO: Doc = Doc {
     summary: c"Shows a lock's owner token, fence, remaining time and number of waiters",
     arity: 2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
     args: &[KEY],
 };
 
@@ -178,6 +255,7 @@ pub const OBSERVE: Doc = Doc {
     summary: c"Shows the fence and public data of a lock's holder, or waits in the server until its fence differs from a given one",
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
     args: &[
         KEY,
         Arg {
@@ -200,6 +278,7 @@ pub const CALL: Doc = Doc {
     summary: c"Runs a command only if the token holds the lock, in the same atomic step",
     arity: -4,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+    numkeys: false,
     args: &[KEY, TOKEN, COMMAND, COMMAND_ARGS],
 };
 
@@ -209,6 +288,7 @@ pub const FENCE: Doc = Doc {
         c"Runs a command only if the fence is not older than the highest the gate key accepted",
     arity: -4,
     key_flags: RW | raw::REDISMODULE_CMD_KEY_ACCESS | raw::REDISMODULE_CMD_KEY_UPDATE,
+    numkeys: false,
     args: &[
         KEY,
         Arg {
@@ -240,7 +320,11 @@ pub fn register<'a>(ctx: &Context, docs: impl IntoIterator<Item = (&'a CStr, &'a
     docs.into_iter().all(|(name, doc)| {
         let mut arena = Vec::new();
         let args = raw_args(doc.args, &mut arena);
-        let mut key_specs = [key_spec(doc.key_flags), zeroed_key_spec()];
+        let spec = match doc.numkeys {
+            false => key_spec(doc.key_flags),
+            true => numkeys_spec(doc.key_flags),
+        };
+        let mut key_specs = [spec, zeroed_key_spec()];
         let info = raw::RedisModuleCommandInfo {
             version: &VERSION,
             summary: doc.summary.as_ptr(),
@@ -325,6 +409,19 @@ fn key_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
     spec.fk.range.lastkey = 0;
     spec.fk.range.keystep = 1;
     spec.fk.range.limit = 0;
+    spec
+}
+
+/// The keys after `numkeys` at argument 1: `numkeys` keys from argument 2.
+fn numkeys_spec(flags: u32) -> raw::RedisModuleCommandKeySpec {
+    let mut spec = zeroed_key_spec();
+    spec.flags = flags as u64;
+    spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+    spec.bs.index.pos = 1;
+    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+    spec.fk.keynum.keynumidx = 0;
+    spec.fk.keynum.firstkey = 1;
+    spec.fk.keynum.keystep = 1;
     spec
 }
 

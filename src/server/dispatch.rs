@@ -6,15 +6,18 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::{raw, Context, RedisString};
 
-use crate::core::effects;
+use crate::core::{effects, numbers};
 use crate::server::command::{Call, Reply};
 use crate::server::command_docs::{self as docs, Doc};
-use crate::server::{catch_panic, commands, ephemeral, ffi, guarded, locks, reply};
+use crate::server::{catch_panic, commands, ephemeral, ffi, guarded, locks, multi, reply};
 
 type Handler = fn(&Call) -> Reply;
 
 /// Where `LOCK._HOLD` has its token: it depends on the effect.
 const HOLD_TOKEN: c_int = -1;
+
+/// Where a multi-key command has its token: after its `numkeys` keys.
+const NUMKEYS_TOKEN: c_int = -2;
 
 /// Arguments up to this many are viewed from the stack.
 const INLINE_ARGS: usize = 8;
@@ -28,6 +31,10 @@ fn dispatch(
     writes_lock: bool,
 ) -> c_int {
     let ctx = Context::new(ctx);
+    if token_at == NUMKEYS_TOKEN && ffi::keys_position_request(&ctx) {
+        numkeys_keys(&ctx, argv, argc);
+        return raw::REDISMODULE_OK as c_int;
+    }
     let raw_args: &[*mut raw::RedisModuleString] = if argv.is_null() || argc <= 0 {
         &[]
     } else {
@@ -63,6 +70,11 @@ fn dispatch(
     };
     let token_at = match token_at {
         HOLD_TOKEN => effects::hold_token_at(argc as usize) as c_int,
+        NUMKEYS_TOKEN => slices
+            .get(1)
+            .and_then(|n| numbers::parse_non_negative(n))
+            .and_then(|n| c_int::try_from(n).ok())
+            .map_or(0, |n| n.saturating_add(2)),
         at => at,
     };
     if token_at > 0 && token_at < argc && !ffi::loading(&ctx) {
@@ -75,6 +87,22 @@ fn dispatch(
         ffi::redact_arg(&ctx, token_at);
     }
     status
+}
+
+/// Answers a keys position request of a multi-key command: `numkeys` at
+/// argument 1, the keys after it (as many as there are).
+fn numkeys_keys(ctx: &Context, argv: *mut *mut raw::RedisModuleString, argc: c_int) {
+    if argv.is_null() || argc < 2 {
+        return;
+    }
+    // SAFETY: Redis passes `argc` valid strings, and `argc` is at least 2.
+    let numkeys = RedisString::string_as_slice(unsafe { *argv.add(1) });
+    let count = numbers::parse_non_negative(numkeys)
+        .and_then(|n| c_int::try_from(n).ok())
+        .unwrap_or(0);
+    for at in 2..count.saturating_add(2).min(argc) {
+        ffi::key_at(ctx, at);
+    }
 }
 
 /// An `extern "C"` entry point for one handler; the argument at
@@ -134,7 +162,13 @@ const INTERNAL: &CStr = c"write slow";
 /// modules define categories.
 const MODULE_CATEGORY: &CStr = c"redislock";
 
-fn commands() -> [Command; 11] {
+/// The keys of a multi-key command: `numkeys` at argument 1, the keys
+/// after it. The legacy range cannot say so, and the servers route a
+/// module command by its key spec only in part, so the command tells its
+/// keys itself (`getkeys-api`); its key spec says the same to clients.
+const NUMKEYS: (c_int, c_int, c_int) = (0, 0, 0);
+
+fn commands() -> [Command; 13] {
     [
         // May create a lock, so refused when memory is full.
         command(
@@ -152,6 +186,26 @@ fn commands() -> [Command; 11] {
             c"write fast",
             Some(&docs::RELEASE),
         ),
+        Command {
+            keys: NUMKEYS,
+            ..command(
+                c"lock.acquireall",
+                entry!(multi::acquire_all, NUMKEYS_TOKEN),
+                c"write deny-oom getkeys-api",
+                c"write blocking slow",
+                Some(&docs::ACQUIREALL),
+            )
+        },
+        Command {
+            keys: NUMKEYS,
+            ..command(
+                c"lock.releaseall",
+                entry!(multi::release_all, NUMKEYS_TOKEN),
+                c"write getkeys-api",
+                c"write fast",
+                Some(&docs::RELEASEALL),
+            )
+        },
         command(
             c"lock.extend",
             entry!(commands::extend, 2, true),

@@ -17,6 +17,7 @@ mod held;
 mod info;
 mod lockops;
 mod locks;
+mod multi;
 mod observing;
 mod reply;
 mod scheduler;

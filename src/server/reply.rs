@@ -14,6 +14,18 @@ pub fn grant(ctx: &Context, token: &[u8], fence: u64) -> RedisValue {
     RedisValue::NoReply
 }
 
+/// `[token, [fence, …]]`, the answer to a multi-key acquire: one fence
+/// per key, in the order the keys were named.
+pub fn grant_all(ctx: &Context, token: &[u8], fences: &[u64]) -> RedisValue {
+    raw::reply_with_array(ctx.ctx, 2);
+    bulk(ctx, token);
+    raw::reply_with_array(ctx.ctx, fences.len() as _);
+    for &fence in fences {
+        raw::reply_with_long_long(ctx.ctx, fence as i64);
+    }
+    RedisValue::NoReply
+}
+
 /// `[fence, data]`, what `LOCK.OBSERVE` answers: data nil when the holder
 /// has none (and for no holder, fence 0).
 pub fn observed(ctx: &Context, fence: u64, data: Option<&[u8]>) -> RedisValue {

@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
 import Redis, { Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
-import { Locker, Hold, Election, Leader, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
+import { Locker, Hold, MultiHold, CrossSlotError, Election, Leader, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
 
 declare const client: Redis;
 
@@ -94,3 +94,22 @@ async function elections(): Promise<bigint> {
 }
 
 void elections;
+
+// Several keys at once: a MultiHold with a fence per key, in using() as well.
+export async function several(locker: Locker): Promise<bigint> {
+  const hold: MultiHold = await locker.acquire(["{acct}:a", "{acct}:b"], 1000, { wait: 500, onLost: (e: LockLostError, h: MultiHold) => void [e, h.fences] });
+  const fences: bigint[] = hold.fences;
+  const first: bigint = hold.fenceOf("{acct}:a");
+  const all: boolean = await hold.release();
+  const maybe: MultiHold | null = await locker.tryAcquire(["{acct}:a"], 1000, { shared: true });
+  // @ts-expect-error a semaphore's limit is for one key
+  await locker.tryAcquire(["{acct}:a"], 1000, { limit: 2 });
+  const sum: bigint = await locker.using(["{acct}:a", "{acct}:b"], 1000, async (signal: AbortSignal, h: MultiHold) => h.fences[0] + h.fences[1]);
+  try {
+    await locker.acquire(["a", "b"], 1000);
+  } catch (e) {
+    if (e instanceof CrossSlotError) void e.lockName;
+  }
+  void all, maybe;
+  return fences[0] + first + sum;
+}

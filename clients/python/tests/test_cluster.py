@@ -20,7 +20,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 import redislock
-from fronts import FRONTS, Front
+import redislock.asyncio
+from fronts import FRONTS, Driven, Front
 from servers import Cluster, Server
 
 # `make test` runs these on the first and last server of its matrix (scripts/matrix.sh); the
@@ -138,6 +139,91 @@ def test_blocking_handoff_and_renewal_in_cluster(rc: RedisCluster, cluster: Clus
     holder.release()
     t.join(10)
     assert got[0] is True and got[1] > fence
+
+
+def needs_acquireall(cluster: Cluster) -> None:
+    with cluster.nodes[0].client() as direct:
+        if not redislock.supports(direct, "LOCK.ACQUIREALL"):
+            pytest.skip("needs LOCK.ACQUIREALL, which this server's module does not have")
+
+
+def multi(front: Front, client: Any, names: List[str], **kwargs: Any) -> Any:
+    if front.kind == "sync":
+        return redislock.MultiLock(client, names, **kwargs)
+    return Driven(front, redislock.asyncio.MultiLock(client, names, **kwargs))
+
+
+def test_a_multi_lock_in_one_slot_waits_renews_and_replicates(front: Front, cluster: Cluster, rc: RedisCluster) -> None:
+    needs_acquireall(cluster)
+    master, replica = cluster.nodes[1], cluster.replicas[1][0]
+    acknowledged(cluster, master)
+    tag = name_on(cluster, master, f"multi-{front.kind}-")  # "{…}lock": the tag's slot is the master's
+    names = [tag + ":a", tag + ":b", tag + ":c"]
+    first = redislock.Lock(rc, names[1], timeout=10)
+    assert first.acquire()
+    lock = multi(front, front.client(), names, lease=0.9, replicas=1)
+    got: List[Any] = []
+    t = threading.Thread(target=lambda: got.append(lock.acquire(blocking_timeout=5)))
+    t.start()
+    wait_for(lambda: int(lock_info(master, names[1])["waiters"]) == 1)  # queued on the key's master
+    first.release()
+    t.join(10)
+    assert got == [True]
+    for name in names:
+        assert lock_info(master, name)["fence"] == lock.fences[name]
+    with replica.client(single_connection_client=True) as c:  # WAIT: on the replica at once
+        c.execute_command("READONLY")
+        assert all(c.execute_command("LOCK.INFO", n) is not None for n in names)
+    time.sleep(1.5)  # more than a lease: held only if every key was renewed
+    assert lock.owned() and all(lock_info(master, n)["token"] == lock.token for n in names)
+    assert lock.release() == 3
+    assert all(lock_info(master, n) is None for n in names)
+
+
+def test_names_in_two_slots_are_a_cross_slot_error(front: Front, cluster: Cluster, rc: RedisCluster) -> None:
+    needs_acquireall(cluster)
+    names = ["acct:a", "acct:b"]
+    assert key_slot(b"acct:a") != key_slot(b"acct:b")
+    with pytest.raises(redislock.CrossSlotError, match="one Cluster slot"):
+        multi(front, front.client(), names)  # refused before anything is sent
+    # A client of one node (not a Cluster client): the server's CROSSSLOT, as the same error.
+    node = cluster.master_of(key_slot(b"acct:a"))
+    with node.client() as direct:
+        with pytest.raises(redislock.CrossSlotError, match="CROSSSLOT"):
+            redislock.MultiLock(direct, names, timeout=5).acquire(blocking=False)
+
+
+def test_a_multi_lock_follows_a_slot_migration(front: Front, cluster: Cluster) -> None:
+    needs_acquireall(cluster)
+    source, target = cluster.nodes[0], cluster.nodes[1]
+    tag = name_on(cluster, source, f"mmove-{front.kind}-")
+    names = [tag + ":a", tag + ":b"]
+    slot = key_slot(tag.encode())
+    client = front.client()
+    lost = threading.Event()
+    holder = multi(front, client, names, lease=0.9, on_lost=lambda _: lost.set())
+    assert holder.acquire(blocking=False)
+    fences = dict(holder.fences)
+    got: List[Any] = []
+    waiter = multi(front, client, names, timeout=30)
+    t = threading.Thread(target=lambda: got.append(waiter.acquire(blocking_timeout=15)))
+    t.start()
+    wait_for(lambda: lock_info(source, names[0])["waiters"] == 1)
+
+    def while_split() -> None:
+        # The keys are on the target, the slot still the source's (ASK): the wait is queued
+        # again there, and the holder's renewals follow (a lease and a half, renewed).
+        wait_for(lambda: (lock_info(target, names[0], asking=True) or {}).get("waiters") == 1)
+        assert not lost.wait(1.35) and holder.owned()
+
+    cluster.move_slot(slot, source, target, [n.encode() for n in names], between=while_split)
+    assert not lost.wait(1.0)  # after SETSLOT … NODE: MOVED, and the renewals go on
+    assert holder.release() == 2
+    t.join(10)
+    assert got == [True] and all(waiter.fences[n] > fences[n] for n in names)
+    assert all(lock_info(target, n)["token"] == waiter.token for n in names)
+    waiter.release()
+    assert cluster.master_of(slot) is target
 
 
 def test_a_slot_migration_is_followed(front: Front, cluster: Cluster) -> None:

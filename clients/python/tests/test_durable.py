@@ -17,6 +17,7 @@ import pytest
 import redis
 
 import redislock
+import redislock.asyncio
 from fronts import FRONTS, Front
 from helpers import must
 from servers import Server
@@ -303,3 +304,31 @@ def test_arguments_are_checked(m: Any) -> None:
             redislock.Lock(m, "durable:i", replicas=1, replicas_timeout=timeout)
     lock = redislock.Lock(m, "durable:i", replicas=2, replicas_timeout=0.5)
     assert (lock.replicas, lock.replicas_timeout, lock.aof_local, lock.aof_replicas) == (2, 0.5, False, 0)
+
+
+def test_a_multi_lock_grant_and_renewals_wait_for_the_replica(pair: Pair, m: Any, front: Front) -> None:
+    if not redislock.supports(m, "LOCK.ACQUIREALL"):
+        pytest.skip("needs LOCK.ACQUIREALL, which this server's module does not have")
+    names = ["{d}:a", "{d}:b"]
+    if front.kind == "sync":
+        lock: Any = redislock.MultiLock(front.client(), names, lease=0.9, replicas=1, replicas_timeout=0.25)
+    else:
+        from fronts import Driven
+
+        lock = Driven(front, redislock.asyncio.MultiLock(front.client(), names, lease=0.9, replicas=1, replicas_timeout=0.25))
+    with pair.replica.stopped():
+        with pytest.raises(redislock.NotReplicatedError) as raised:
+            lock.acquire()
+        assert all(m.execute_command("LOCK.INFO", n) is None for n in names)  # released, every key
+    assert raised.value.released and lock.token is None
+    assert lock.acquire() is True
+    replica = pair.replica.client()
+    try:
+        assert all(redislock.Lock(replica, n).info() is not None for n in names)  # on the replica at once
+    finally:
+        replica.close()
+    with pair.replica.stopped():
+        left = lock.lease_left
+        time.sleep(0.45)  # a renewal comes due (every 0.3 s) and goes unacknowledged meanwhile
+        assert lock.lease_left < left - 0.35  # the set's lease clock did not move
+    lock.release()

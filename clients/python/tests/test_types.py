@@ -1,6 +1,6 @@
 """What a type checker says of code that uses the package (mypy --strict, as make test runs it
 on the package, its examples and its tests): a lock's client must be a client, a with-block's
-fence is an int, LOCK.INFO's fields have their types, and the asyncio lock is a lock_class
+fence is an int (a multi-lock's fences a dict of ints), LOCK.INFO's fields have their types, and the asyncio lock is a lock_class
 redis.asyncio accepts."""
 
 from __future__ import annotations
@@ -58,6 +58,18 @@ async def aelected(e: redislock.asyncio.Election) -> int:
     async for leader in e.observe():
         return leader.term + term
     return 0
+
+
+def several() -> int:
+    with redislock.MultiLock(r, ["{acct}:a", "{acct}:b"], lease=5) as held:
+        first: int = held.fences["{acct}:a"]  # held: a dict, not Optional
+        token: bytes = held.token
+        return first + len(token) + held.release()
+
+
+async def asev(a: redis.asyncio.Redis) -> int:
+    async with redislock.asyncio.MultiLock(a, ["{acct}:a"], timeout=5) as held:
+        return sum(held.fences.values())
 '''
 
 

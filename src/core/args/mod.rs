@@ -13,6 +13,7 @@ use super::limits::{MAX_BLOCK_MS, MAX_DATA_LEN, MAX_LIMIT, MAX_TTL_MS};
 use super::numbers::{parse_i64, parse_non_negative};
 use super::token::TokenArg;
 
+pub mod multi;
 pub mod observe;
 
 /// `LOCK.ACQUIRE key token (EX seconds | PX milliseconds) [SHARED | LIMIT count] [EPHEMERAL] [BLOCK timeout-ms] [DATA value]`

@@ -72,6 +72,21 @@ pub fn select_db(ctx: &Context, db: i32) -> bool {
     unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) == raw::REDISMODULE_OK as c_int }
 }
 
+/// Whether Redis calls the command only to learn its keys (a command
+/// registered with `getkeys-api`: Cluster routing, ACL key patterns,
+/// `COMMAND GETKEYS`).
+pub fn keys_position_request(ctx: &Context) -> bool {
+    // SAFETY: `ctx` is the live context of a command call.
+    unsafe { raw::RedisModule_IsKeysPositionRequest.unwrap()(ctx.ctx) != 0 }
+}
+
+/// Tells Redis that argument `at` is a key, in answer to a keys position
+/// request.
+pub fn key_at(ctx: &Context, at: c_int) {
+    // SAFETY: `ctx` is the live context of a keys position request.
+    unsafe { raw::RedisModule_KeyAtPos.unwrap()(ctx.ctx, at) }
+}
+
 /// Registers a command; false if Redis refused.
 #[must_use]
 pub fn create_command(

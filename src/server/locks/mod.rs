@@ -13,6 +13,8 @@
 //! - this file: opening a key live, carrying out a grant, release,
 //!   extend, revoke, lease ends, and the jobs the scheduler runs;
 //! - `serve.rs`: handing a lock to its waiters;
+//! - `serve_all.rs`: waiting for several locks at once, and granting them
+//!   all together;
 //! - `keyspace.rs`: locks leaving or moving without a command of ours
 //!   (unlink, flush, SWAPDB) and a demotion;
 //! - `observed.rs`: what observers see, and when they look.
@@ -20,10 +22,12 @@
 mod keyspace;
 mod observed;
 mod serve;
+mod serve_all;
 
 pub use keyspace::*;
 pub use observed::observe;
 pub use serve::*;
+pub use serve_all::wait_all;
 
 use std::ffi::CStr;
 

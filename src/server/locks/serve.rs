@@ -8,13 +8,13 @@ use redis_module::{Context, RedisString};
 
 use crate::core::grant::{self, Decision};
 use crate::core::lock;
-use crate::core::waiters::Refusal;
+use crate::core::waiters::{Head, Refusal};
 use crate::server::ffi::{self, BlockedId, KeyKind, LockId, LockKey};
 use crate::server::held;
 use crate::server::scheduler::{self, Job};
 use crate::server::{cluster, stats, waiting};
 
-use super::{carry_out, end_leases, release_orphans_of_id, Grant};
+use super::{carry_out, end_leases, release_orphans_of_id, serve_all, Grant};
 
 /// Grants `name` (in the context's database) to the waiters at the head of
 /// its queue that fit now, in order: the first waiter, then each following
@@ -49,23 +49,35 @@ pub fn serve(ctx: &Context, name: &RedisString) {
         waiting::refuse_all(&id, Refusal::WrongType);
         return;
     }
-    let key = end_leases(ctx, name, key);
-    let now = ffi::now_ms();
-    let Ok(current) = held::held(&key) else {
-        return;
+    let mut key = end_leases(ctx, name, key);
+    let next_change = loop {
+        let now = ffi::now_ms();
+        let Ok(current) = held::held(&key) else {
+            return;
+        };
+        // The plan reads the queue only as far as it grants (and one
+        // more), up to a multi-key waiter.
+        let steps = waiting::plan(&id, |queue| {
+            grant::plan(
+                current.occupancy(),
+                queue.map(|r| (r.want, current.holding(&r.token, now))),
+            )
+        });
+        let next_change = current.next_change(&key);
+        drop(key);
+        for (handle, decision) in steps {
+            serve_one(ctx, name, handle, decision);
+        }
+        // A multi-key waiter first in all its queues: granted all its
+        // locks if each has room, or refused; then the queue goes on.
+        let Head::Ready(handle) = waiting::head(&id) else {
+            break next_change;
+        };
+        if !serve_all::serve_multi(ctx, handle) {
+            break next_change;
+        }
+        key = LockKey::open(ctx, name, true);
     };
-    // The plan reads the queue only as far as it grants (and one more).
-    let steps = waiting::plan(&id, |queue| {
-        grant::plan(
-            current.occupancy(),
-            queue.map(|r| (r.want, current.holding(&r.token, now))),
-        )
-    });
-    let next_change = current.next_change(&key);
-    drop(key);
-    for (handle, decision) in steps {
-        serve_one(ctx, name, handle, decision);
-    }
     if waiting::count_of(&id) > 0 {
         let key = LockKey::open(ctx, name, false);
         let next = held::held(&key).ok().and_then(|h| h.next_change(&key));

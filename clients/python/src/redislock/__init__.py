@@ -9,7 +9,8 @@ read hold of a read/write lock or a place of a semaphore; ``replicas=n`` reports
 once ``n`` replicas have it (``NotReplicatedError`` otherwise). ``redislock.asyncio`` has the same for
 ``redis.asyncio``; ``redislock.Redlock`` runs one lock over several independent servers.
 ``redislock.Election`` elects one leader among candidates, in terms that are fencing tokens,
-and lets anyone observe who leads.
+and lets anyone observe who leads. ``redislock.MultiLock`` takes several keys at once, all or
+nothing, with a fence per key.
 """
 
 from redis.exceptions import LockError, LockNotOwnedError
@@ -19,6 +20,7 @@ from ._durable import NotReplicatedError
 from ._election import Leader
 from .election import Election
 from .lock import FenceGate, Lock, supports
+from .multilock import CrossSlotError, MultiLock
 from .redlock import Redlock, RedlockError
 
 __all__ = [
@@ -26,6 +28,8 @@ __all__ = [
     "FenceGate",
     "Election",
     "Leader",
+    "MultiLock",
+    "CrossSlotError",
     "Redlock",
     "RedlockError",
     "LockError",

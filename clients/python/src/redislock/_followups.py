@@ -63,12 +63,21 @@ async def afollow_on(
     return Followed(reply, results), True
 
 
+def routing_key(args: List[Any]) -> Any:
+    """The key that routes a command: the first after ``numkeys`` for a multi-key command
+    (``LOCK.ACQUIREALL``, ``LOCK.RELEASEALL``: every key is in one slot), else the first
+    argument."""
+    if str(args[0]).upper().endswith("ALL"):
+        return args[2]
+    return args[1]
+
+
 def cluster_send(cluster: Any, req: Send, link_of: Callable[[Any], Any]) -> Any:
     """A request with follow-ups on a ``redis.RedisCluster``: on a connection of the lock's own
     (``link_of(pool)``) to the node serving the key in the client's slot table. ``MOVED``
     reloads the table and sends again, ``ASK`` sends ``ASKING`` and the command to the node
     named; a node that cannot be reached reloads the table and the error goes to the flow."""
-    key = req.args[1]
+    key = routing_key(req.args)
     ask: Optional[Any] = None
     for _ in range(MAX_REDIRECTS):
         node = ask if ask is not None else cluster.get_node_from_key(key)
@@ -92,7 +101,7 @@ def cluster_send(cluster: Any, req: Send, link_of: Callable[[Any], Any]) -> Any:
 async def acluster_send(cluster: Any, req: Send, link_of: Callable[[Any, Any], Any]) -> Any:
     """``cluster_send`` for ``redis.asyncio.RedisCluster``: ``link_of(cluster, node)`` is the
     lock's own connections to a ``ClusterNode`` of ``cluster``."""
-    key = req.args[1]
+    key = routing_key(req.args)
     ask: Optional[Any] = None
     for _ in range(MAX_REDIRECTS):
         node = ask if ask is not None else cluster.get_node_from_key(key)

@@ -29,9 +29,11 @@ from ._common import (
     parse_info,
 )
 from ._aelection import Election
+from ._amulti import MultiLock
 from ._core import Hold, Schedule
 from ._durable import NotReplicatedError
 from ._election import Leader
+from ._multi import CrossSlotError
 from ._flow import Request, Send, adrive
 from ._link import asend, shaper
 
@@ -40,6 +42,8 @@ __all__ = [
     "FenceGate",
     "Election",
     "Leader",
+    "MultiLock",
+    "CrossSlotError",
     "LockError",
     "LockNotOwnedError",
     "UnsupportedError",
@@ -214,7 +218,6 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
 
     def _unschedule(self, hold: Hold) -> None:
         renewer().remove(hold)
-
 
 
 if TYPE_CHECKING:

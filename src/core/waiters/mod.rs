@@ -3,6 +3,14 @@
 //! This is only bookkeeping: who waits for which lock, who is next, and
 //! what happened to each waiter. The Redis layer blocks and wakes the
 //! clients and makes the grants.
+//!
+//! A multi-key request waits in every one of its locks' queues at once,
+//! under one arrival number, and leaves them all at once (`multi.rs`
+//! says when it is its turn).
+
+mod multi;
+
+pub use multi::Head;
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -39,10 +47,25 @@ pub enum Refusal {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<K, R> {
     pub lock: K,
+    /// The other locks of a multi-key request (empty for one lock), in
+    /// the order named after `lock`.
+    pub also: Vec<K>,
     /// Arrival order: the position in the lock's queue.
     seq: u64,
     pub request: R,
     pub stage: Stage,
+}
+
+impl<K, R> Waiter<K, R> {
+    /// Every lock the waiter waits for: `lock`, then `also`.
+    pub fn locks(&self) -> impl Iterator<Item = &K> {
+        std::iter::once(&self.lock).chain(&self.also)
+    }
+
+    /// Whether it waits for more than one lock.
+    pub fn is_multi(&self) -> bool {
+        !self.also.is_empty()
+    }
 }
 
 /// Every waiter of the server. `I` identifies a waiter, `K` a lock, `R` is
@@ -81,15 +104,24 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     /// An id still known (granted or refused but not yet answered) is
     /// replaced.
     pub fn enqueue(&mut self, id: I, lock: K, request: R) {
+        self.enqueue_all(id, lock, Vec::new(), request);
+    }
+
+    /// Adds a waiter at the back of the queue of `lock` and of each of
+    /// `also` (distinct locks), with one arrival number for all.
+    pub fn enqueue_all(&mut self, id: I, lock: K, also: Vec<K>, request: R) {
         self.remove(id);
         self.next_seq += 1;
         let seq = self.next_seq;
-        self.queues.entry(lock.clone()).or_default().insert(seq, id);
+        for k in std::iter::once(&lock).chain(&also) {
+            self.queues.entry(k.clone()).or_default().insert(seq, id);
+        }
         self.queued += 1;
         self.waiters.insert(
             id,
             Waiter {
                 lock,
+                also,
                 seq,
                 request,
                 stage: Stage::Waiting,
@@ -138,8 +170,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
             return false;
         }
         waiter.stage = stage;
-        let (lock, seq) = (waiter.lock.clone(), waiter.seq);
-        self.unqueue(seq, &lock);
+        let (seq, locks) = (waiter.seq, waiter.locks().cloned().collect::<Vec<_>>());
+        self.unqueue(seq, &locks);
         true
     }
 
@@ -152,10 +184,18 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
             .map(|q| q.into_values().collect())
             .unwrap_or_default();
         self.queued -= ids.len();
+        let mut elsewhere = Vec::new();
         for id in &ids {
             if let Some(w) = self.waiters.get_mut(id) {
                 w.stage = Stage::Refused(why);
+                // A multi-key request leaves its other queues too.
+                for k in w.locks().filter(|k| *k != lock) {
+                    elsewhere.push((w.seq, k.clone()));
+                }
             }
+        }
+        for (seq, k) in elsewhere {
+            self.drop_entry(seq, &k);
         }
         ids
     }
@@ -174,7 +214,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
         let waiter = self.waiters.remove(&id)?;
         if waiter.stage == Stage::Waiting {
-            self.unqueue(waiter.seq, &waiter.lock);
+            let locks: Vec<K> = waiter.locks().cloned().collect();
+            self.unqueue(waiter.seq, &locks);
         }
         // A burst of waiters grows the maps; once it is served, their room
         // goes back to the allocator as the server's own clients' does.
@@ -201,16 +242,29 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         self.queued
     }
 
-    fn unqueue(&mut self, seq: u64, lock: &K) {
-        if let Some(queue) = self.queues.get_mut(lock) {
-            if queue.remove(&seq).is_some() {
-                self.queued -= 1;
-            }
-            if queue.is_empty() {
-                self.queues.remove(lock);
-                give_back_room(&mut self.queues);
-            }
+    /// Takes a waiter out of the queues of `locks`, all of its locks.
+    fn unqueue(&mut self, seq: u64, locks: &[K]) {
+        let mut was_queued = false;
+        for lock in locks {
+            was_queued |= self.drop_entry(seq, lock);
         }
+        if was_queued {
+            self.queued -= 1;
+        }
+    }
+
+    /// Takes the entry `seq` out of the queue of `lock`; whether it was
+    /// there.
+    fn drop_entry(&mut self, seq: u64, lock: &K) -> bool {
+        let Some(queue) = self.queues.get_mut(lock) else {
+            return false;
+        };
+        let removed = queue.remove(&seq).is_some();
+        if queue.is_empty() {
+            self.queues.remove(lock);
+            give_back_room(&mut self.queues);
+        }
+        removed
     }
 }
 
@@ -257,140 +311,4 @@ pub(super) fn give_back_room<A: Hash + Eq, B, S: std::hash::BuildHasher>(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_served_burst_gives_its_room_back() {
-        let mut w: Waiters<u64, &str, ()> = Waiters::default();
-        for id in 0..10_000u64 {
-            w.enqueue(id, if id % 2 == 0 { "a" } else { "b" }, ());
-        }
-        let grown = w.waiters.capacity();
-        for id in 0..10_000u64 {
-            assert!(w.remove(id).is_some());
-        }
-        assert!(w.is_empty());
-        assert!(grown >= 10_000);
-        assert!(w.waiters.capacity() < 256, "{}", w.waiters.capacity());
-    }
-
-    type W = Waiters<u32, &'static str, &'static str>;
-
-    #[test]
-    fn the_queue_in_order_and_single_refusals() {
-        let mut w = W::default();
-        for (id, who) in [(1, "a"), (2, "b"), (3, "c")] {
-            w.enqueue(id, "lock", who);
-        }
-        assert_eq!(
-            w.queue(&"lock").collect::<Vec<_>>(),
-            [(1, &"a"), (2, &"b"), (3, &"c")]
-        );
-        assert!(w.refuse(2, Refusal::OtherMode));
-        assert!(!w.refuse(2, Refusal::OtherMode));
-        assert_eq!(
-            w.get(2).map(|x| x.stage),
-            Some(Stage::Refused(Refusal::OtherMode))
-        );
-        assert_eq!(w.queue(&"lock").map(|(i, _)| i).collect::<Vec<_>>(), [1, 3]);
-        assert_eq!((w.count(&"lock"), w.total()), (2, 2));
-        assert_eq!(w.queue(&"none").count(), 0);
-    }
-
-    #[test]
-    fn first_come_first_served() {
-        let mut w = W::default();
-        assert!(w.is_empty());
-        for (id, who) in [(1, "a"), (2, "b"), (3, "c")] {
-            w.enqueue(id, "lock", who);
-        }
-        w.enqueue(9, "other", "z");
-        assert!(!w.is_empty());
-        assert_eq!(w.count(&"lock"), 3);
-        assert_eq!(w.total(), 4);
-        assert_eq!(w.head(&"lock"), Some((1, &"a")));
-        assert!(w.grant(1, 10));
-        assert_eq!(w.head(&"lock"), Some((2, &"b")));
-        assert_eq!(w.count(&"lock"), 2);
-        assert_eq!(w.get(1).unwrap().stage, Stage::Granted { fence: 10 });
-    }
-
-    #[test]
-    fn leaving_the_queue() {
-        let mut w = W::default();
-        w.enqueue(1, "lock", "a");
-        w.enqueue(2, "lock", "b");
-        let gone = w.remove(1).unwrap();
-        assert_eq!(gone.stage, Stage::Waiting);
-        assert_eq!(w.head(&"lock"), Some((2, &"b")));
-        assert!(w.remove(1).is_none());
-        assert!(w.grant(2, 5));
-        assert!(!w.grant(2, 6), "a waiter is granted once");
-        assert!(w.is_empty(), "granted waiters leave the queue");
-        assert_eq!(w.remove(2).unwrap().stage, Stage::Granted { fence: 5 });
-        assert!(w.get(2).is_none());
-    }
-
-    #[test]
-    fn redirecting_a_whole_queue() {
-        let mut w = W::default();
-        w.enqueue(1, "lock", "a");
-        w.enqueue(2, "lock", "b");
-        w.enqueue(3, "other", "c");
-        assert_eq!(w.refuse_all(&"lock", Refusal::SlotMoved), vec![1, 2]);
-        assert_eq!(w.count(&"lock"), 0);
-        assert_eq!(w.total(), 1);
-        assert_eq!(w.count(&"other"), 1);
-        assert_eq!(w.get(2).unwrap().stage, Stage::Refused(Refusal::SlotMoved));
-        assert_eq!(
-            w.remove(1).unwrap().stage,
-            Stage::Refused(Refusal::SlotMoved)
-        );
-        assert!(w.refuse_all(&"none", Refusal::SlotMoved).is_empty());
-        assert_eq!(w.refuse_everyone(Refusal::Demoted), vec![3]);
-        assert!(w.is_empty());
-    }
-
-    #[test]
-    fn leaving_from_the_middle_keeps_the_order() {
-        let mut w = Waiters::<u32, &str, u32>::default();
-        for id in 0..10_000 {
-            w.enqueue(id, "lock", id);
-        }
-        for id in (0..10_000).filter(|id| id % 2 == 1) {
-            assert_eq!(w.remove(id).unwrap().stage, Stage::Waiting);
-        }
-        assert_eq!(w.count(&"lock"), 5_000);
-        assert_eq!(w.total(), 5_000);
-        for expected in (0..10_000).step_by(2) {
-            assert_eq!(w.head(&"lock"), Some((expected, &expected)));
-            assert!(w.grant(expected, 1));
-        }
-        assert!(w.is_empty());
-        assert_eq!(w.total(), 0);
-    }
-
-    #[test]
-    fn a_reused_id_starts_a_new_wait() {
-        let mut w = Waiters::<u32, &str, &str>::default();
-        w.enqueue(1, "a", "first");
-        w.enqueue(2, "a", "second");
-        assert!(w.grant(1, 9));
-        w.enqueue(1, "b", "again");
-        assert_eq!(w.get(1).unwrap().stage, Stage::Waiting);
-        assert_eq!(w.count(&"a"), 1);
-        assert_eq!(w.count(&"b"), 1);
-        assert_eq!(w.total(), 2);
-    }
-
-    #[test]
-    fn locks_with_waiters() {
-        let mut w = W::default();
-        w.enqueue(1, "a:1", "x");
-        w.enqueue(2, "b:1", "y");
-        let mut found = w.locks_where(|k| k.starts_with('a'));
-        found.sort();
-        assert_eq!(found, vec!["a:1"]);
-    }
-}
+mod tests;

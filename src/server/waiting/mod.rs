@@ -7,6 +7,9 @@
 //! the outcome. Every wait ends through exactly one unblock, and the reply
 //! callback answers the grant, nil or an error from the waiter's stage.
 //!
+//! A multi-key request (`multi.rs`) waits in every one of its locks'
+//! queues at once and is answered with all of its fences.
+//!
 //! No borrow of the queue is held across a call into Redis: opening a key
 //! can expire it and run our unlink callback re-entrantly.
 
@@ -21,6 +24,11 @@ use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
 use crate::server::{catch_panic, reply, state, stats};
+
+mod multi;
+
+use multi::serve_locks_of;
+pub use multi::*;
 
 /// What a waiter asked for.
 #[derive(Clone)]
@@ -58,6 +66,9 @@ impl Request {
 struct Wait {
     asked: Request,
     client: Option<BlockedClient>,
+    /// A multi-key request's fences once granted, one per lock in the
+    /// order named.
+    fences: Vec<u64>,
 }
 
 impl Wait {
@@ -106,13 +117,16 @@ pub fn total() -> usize {
 fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
     scheduler::cancel(&Job::Deadline(handle));
     let waiter = with(|w| w.remove(handle))?;
-    if with(|w| w.count(&waiter.lock)) == 0 {
-        scheduler::cancel(&Job::Serve(waiter.lock.clone()));
-    } else if waiter.stage == Stage::Waiting {
-        // A waiter that leaves (timeout, closed connection) may have stood
-        // before others that fit now: the lock is looked at again at once.
-        if let Some(ctx) = state::detached_context() {
-            scheduler::soon(&ctx, Job::Serve(waiter.lock.clone()));
+    for lock in waiter.locks() {
+        if with(|w| w.count(lock)) == 0 {
+            scheduler::cancel(&Job::Serve(lock.clone()));
+        } else if waiter.stage == Stage::Waiting {
+            // A waiter that leaves (timeout, closed connection) may have
+            // stood before others that fit now: each of its locks is
+            // looked at again at once.
+            if let Some(ctx) = state::detached_context() {
+                scheduler::soon(&ctx, Job::Serve(lock.clone()));
+            }
         }
     }
     Some(waiter)
@@ -144,6 +158,7 @@ pub fn block(
     let wait = Wait {
         asked: request,
         client: Some(client),
+        fences: Vec::new(),
     };
     with(|w| w.enqueue(handle, id.clone(), wait));
     stats::WAITS.bump();
@@ -198,7 +213,8 @@ pub fn plan<D>(
     with(|w| {
         // One walk of the queue: the handles of the requests `plan` read.
         let mut handles = Vec::new();
-        let decisions = plan(&mut w.queue(id).map(|(h, x)| {
+        // Single-key waiters only: a multi-key one is `head`'s to decide.
+        let decisions = plan(&mut w.singles(id).map(|(h, x)| {
             handles.push(h);
             &x.asked
         }));
@@ -225,6 +241,7 @@ pub fn refuse(handle: BlockedId, why: Refusal) {
     let refused = with(|w| w.refuse(handle, why));
     scheduler::cancel(&Job::Deadline(handle));
     if refused {
+        serve_locks_of(handle);
         unblock(handle);
     }
 }
@@ -235,6 +252,7 @@ pub fn refuse_all(id: &LockId, why: Refusal) {
     scheduler::cancel(&Job::Serve(id.clone()));
     for handle in refused {
         scheduler::cancel(&Job::Deadline(handle));
+        serve_locks_of(handle);
         unblock(handle);
     }
 }
@@ -251,6 +269,10 @@ pub fn refuse_everyone(why: Refusal) {
 /// Sends a finished wait its answer: the grant, nil, or an error.
 fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Wait>>) {
     match waiter.map(|w| (w.stage, &w.request.asked.token)) {
+        Some((Stage::Granted { .. }, token)) if waiter.is_some_and(|w| w.is_multi()) => {
+            let fences = waiter.map_or(&[][..], |w| &w.request.fences[..]);
+            reply::grant_all(ctx, token, fences);
+        }
         Some((Stage::Granted { fence }, token)) => {
             reply::grant(ctx, token, fence);
         }
@@ -322,9 +344,17 @@ unsafe extern "C" fn on_disconnect(
             Stage::Waiting => w.request.unblock(),
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
-            Stage::Granted { fence } => {
+            Stage::Granted { fence } if !w.is_multi() => {
                 let grant = (w.lock, w.request.asked.token, fence);
                 scheduler::soon(&ctx, Job::Revoke(Box::new(grant)));
+            }
+            // Every key of a multi-key grant is given back.
+            Stage::Granted { .. } => {
+                let locks: Vec<LockId> = w.locks().cloned().collect();
+                for (lock, fence) in locks.into_iter().zip(w.request.fences.iter()) {
+                    let grant = (lock, w.request.asked.token.clone(), *fence);
+                    scheduler::soon(&ctx, Job::Revoke(Box::new(grant)));
+                }
             }
         }
     })
