@@ -19,7 +19,8 @@ from redis.exceptions import (
 
 from helpers import must
 from redislock import StaleFenceError, UnsupportedError, _core, _flow
-from redislock._core import Hold, Pause, Schedule, Spec
+from redislock._core import Pause, Spec
+from redislock._lease import Hold, Schedule
 
 SPEC = Spec("lock:x", 3000, [], auto_renew=True, ephemeral=False, timeout_given=True)
 

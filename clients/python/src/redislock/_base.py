@@ -20,7 +20,8 @@ from ._common import (
     new_token,
     to_ms,
 )
-from ._core import Flow, Hold, Spec
+from ._core import Flow, Spec
+from ._lease import Hold
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._durable import Durability
 

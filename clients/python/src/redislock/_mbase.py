@@ -15,6 +15,7 @@ from ._common import DEFAULT_LEASE, EncodableT, Number, block_ms, lock_error, mo
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._durable import Durability
 from ._flow import Flow
+from ._lease import Hold
 from ._multi import MultiHold, MultiSpec, Name, acquire_all, check_names, cluster_slot, label, release_all
 
 C = TypeVar("C")
@@ -177,7 +178,7 @@ class MultiLockBase(Generic[C]):
     def _not_acquired(self) -> Exception:
         return lock_error(LockError, "Unable to acquire lock within the time specified", label(self.names))
 
-    def _note_loss(self, hold: _core.Hold) -> bool:
+    def _note_loss(self, hold: Hold) -> bool:
         """The set's lease clock ran out, or a renewal found a key gone: logged, ``lost`` set
         (when it is the current hold); True when ``on_lost`` is to be called."""
         logger.warning("Multi-lock %s was lost: %s", label(self.names), _core.loss_message(hold.gone))

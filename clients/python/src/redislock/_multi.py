@@ -16,7 +16,7 @@ as none and is tried again soon. A transaction would need one connection for the
 which neither the lock's own bounded connections nor the Cluster client's retries give, and
 would buy nothing the lease clock does not already decide.
 
-The front ends reuse the lock's machinery: ``MultiHold`` is a ``_core.Hold`` on the same
+The front ends reuse the lock's machinery: ``MultiHold`` is a ``_lease.Hold`` on the same
 renewal schedule; its renewal is one ``RenewAll`` request, which the front end carries out as
 the flow ``renew_all`` (each key's extension in turn).
 """
@@ -45,7 +45,8 @@ from ._common import (
     translate,
     wrong_type,
 )
-from ._core import CUT_SHORT, REDIRECTS, Hold, _settle
+from ._core import CUT_SHORT, REDIRECTS, _settle
+from ._lease import Hold
 from ._durable import Durability, check
 from ._flow import Flow, Pause, Send, unwrap
 

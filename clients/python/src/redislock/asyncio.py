@@ -30,7 +30,7 @@ from ._common import (
 )
 from ._aelection import Election
 from ._amulti import MultiLock
-from ._core import Hold, Schedule
+from ._lease import Hold, Schedule
 from ._durable import NotReplicatedError
 from ._election import Leader
 from ._multi import CrossSlotError

@@ -15,7 +15,7 @@ import redis as redis_py
 from . import _core
 from ._base import Held, LockBase, logger
 from ._common import EncodableT, LockInfo, Number, UnsupportedError, parse_info, unsupported
-from ._core import Hold, Schedule
+from ._lease import Hold, Schedule
 from ._flow import Request, Send, drive
 from ._link import link_for, send, shaper
 

@@ -12,7 +12,7 @@ from redis.crc import key_slot
 
 from ._base import logger
 from ._common import Number
-from ._core import Hold
+from ._lease import Hold
 from ._flow import Request, Send, drive
 from ._link import link_for, send
 from ._mbase import MultiLockBase
