@@ -36,7 +36,7 @@
 #                  /usr/bin/redis-server); its table goes into the summary
 #
 # Logs go to stress/logs/<time>/ (stress/logs/latest points there). Exits non-zero if a step
-# found a problem; every step runs regardless. Loopback only; about 25 minutes on 2 cores, plus
+# found a problem; every step runs regardless. Loopback only; about 28 minutes on 2 cores, plus
 # about 20 for the mutants and twice STRESS_SOAK_SECS per server for the soak.
 set -uo pipefail
 

@@ -156,4 +156,9 @@ fn the_same_token_again_keeps_its_fences() {
     // Another token is refused while any key is held.
     assert_eq!(acquire_all(&mut c, &["c", "d"], "you", 10_000), None);
     assert!(!exists(&mut c, "d"));
+    // A re-grant only if every key allows it: with one key busy, the held keys keep their
+    // lease.
+    grant(&mut c, "x", b"you", 60_000);
+    assert_eq!(acquire_all(&mut c, &["a", "x"], "me", 500_000), None);
+    assert_ttl_close(pttl(&mut c, "a"), 60_000, 5_000, "a untouched");
 }

@@ -136,3 +136,30 @@ fn in_cluster_all_keys_share_one_slot() {
     assert!(e.starts_with("CROSSSLOT"), "{e}");
     assert_eq!(release_all(&mut c, &["{u}:a", "{u}:b"], "t"), 2);
 }
+
+/// On a cluster of three masters, a multi-key command sent to the node that does not serve its
+/// keys' slot is redirected (`MOVED`) to the one that does, and is served there.
+#[test]
+fn in_cluster_the_keys_route_the_command_to_their_node() {
+    use crate::cluster::{conn_to, key_per_master, key_slot, redirect, Cluster};
+    let c = Cluster::start(3, 0);
+    for (m, key) in key_per_master(&c, "mk:") {
+        let keys = [format!("{{{key}}}:a"), format!("{{{key}}}:b")];
+        let names: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let other = c.masters().into_iter().find(|&o| o != m).unwrap();
+        let owner_port = c.nodes[m].port();
+        let mut wrong = conn_to(c.nodes[other].port());
+        let e = run(&mut wrong, &acquire_all_cmd(&names, "t", 60_000, &[])).unwrap_err();
+        let (kind, slot, to) = redirect(&e).expect("a redirect");
+        assert_eq!(
+            (kind.as_str(), slot, to),
+            ("MOVED", key_slot(&key), owner_port)
+        );
+        let mut right = conn_to(owner_port);
+        assert_eq!(
+            acquire_all(&mut right, &names, "t", 60_000).unwrap().len(),
+            2
+        );
+        assert_eq!(release_all(&mut right, &names, "t"), 2);
+    }
+}

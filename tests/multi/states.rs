@@ -205,3 +205,20 @@ fn a_flush_frees_the_keys_of_a_waiting_request() {
     assert_eq!(fences_of(&w).len(), 2);
     assert_eq!(holder(&mut c, "f1"), Some(b"multi".to_vec()));
 }
+
+/// `DEBUG RELOAD` while a multi-key request waits: it keeps waiting, and the lease end that
+/// follows the reload hands it every key.
+#[test]
+fn a_reload_keeps_the_request_and_the_lease_end_hands_it_on() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let (_, f0) = grant(&mut c, "l1", b"holder", 60_000);
+    let w = spawn_all(&s, &["l2", "l1"], "multi", 60_000, 0, &[]);
+    wait_waiters(&mut c, "l1", 1);
+    assert_eq!(extend_px(&mut c, "l1", b"holder", 400), 1);
+    ok(&mut c, &rcmd!("DEBUG", "RELOAD"));
+    assert_eq!(info_some(&mut c, "l1").fence, f0);
+    let fences = fences_of(&w);
+    assert!(fences.iter().all(|&f| f > f0), "{fences:?}");
+    assert_eq!(holder(&mut c, "l2"), Some(b"multi".to_vec()));
+}

@@ -172,3 +172,33 @@ fn shared_requests_are_granted_together() {
     assert_eq!(fences_of(&m).len(), 2);
     assert_eq!(single.granted().0, b"reader-b");
 }
+
+/// A waited grant answers `[token, [fence, …]]` under RESP3 as under RESP2, and `LOCK.INFO`
+/// counts a multi-key request among the waiters of each of its keys.
+#[test]
+fn a_waited_grant_under_resp3_and_the_waiter_counts_of_each_key() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "w1", b"holder", 60_000);
+    grant(&mut c, "w2", b"holder", 60_000);
+    let con = s.conn_resp3();
+    con.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let w = spawn_blocked(
+        con,
+        acquire_all_cmd(&["w1", "w2"], "resp3", 60_000, &["BLOCK", "0"]),
+    );
+    wait_waiters(&mut c, "w1", 1);
+    let other = spawn_all(&s, &["w2"], "one-key", 60_000, 0, &[]);
+    wait_waiters(&mut c, "w2", 2);
+    assert_eq!(waiters_of(&mut c, "w1"), 1);
+    assert_eq!(stat(&s, "waiters"), 2, "each request counted once in all");
+    assert_eq!(release_all(&mut c, &["w1", "w2"], "holder"), 2);
+    let v = w.recv().reply.expect("a grant");
+    let Value::Array(items) = &v else {
+        panic!("an array under RESP3: {v:?}")
+    };
+    assert_eq!(as_bytes(&items[0]), b"resp3");
+    assert_eq!(grants_of(&v).unwrap().1.len(), 2);
+    assert_eq!(release_all(&mut c, &["w2", "w1"], "resp3"), 2);
+    assert_eq!(fences_of(&other).len(), 1);
+}

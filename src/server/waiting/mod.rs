@@ -69,6 +69,9 @@ struct Wait {
     /// A multi-key request's fences once granted, one per lock in the
     /// order named.
     fences: Vec<u64>,
+    /// Asked by `LOCK.ACQUIREALL` (of one key or more): answered
+    /// `[token, [fence, …]]`.
+    all: bool,
 }
 
 impl Wait {
@@ -159,6 +162,7 @@ pub fn block(
         asked: request,
         client: Some(client),
         fences: Vec::new(),
+        all: false,
     };
     with(|w| w.enqueue(handle, id.clone(), wait));
     stats::WAITS.bump();
@@ -269,8 +273,12 @@ pub fn refuse_everyone(why: Refusal) {
 /// Sends a finished wait its answer: the grant, nil, or an error.
 fn answer(ctx: &Context, waiter: Option<&Waiter<LockId, Wait>>) {
     match waiter.map(|w| (w.stage, &w.request.asked.token)) {
-        Some((Stage::Granted { .. }, token)) if waiter.is_some_and(|w| w.is_multi()) => {
-            let fences = waiter.map_or(&[][..], |w| &w.request.fences[..]);
+        Some((Stage::Granted { fence }, token)) if waiter.is_some_and(|w| w.request.all) => {
+            // A request for one key is granted as single-key requests are.
+            let fences = match waiter.map_or(&[][..], |w| &w.request.fences[..]) {
+                [] => &[fence][..],
+                fences => fences,
+            };
             reply::grant_all(ctx, token, fences);
         }
         Some((Stage::Granted { fence }, token)) => {

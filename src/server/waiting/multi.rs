@@ -30,6 +30,7 @@ pub fn block_all(
         asked: request,
         client: Some(client),
         fences: Vec::new(),
+        all: true,
     };
     let mut ids = ids.into_iter();
     let Some(first) = ids.next() else {
