@@ -203,7 +203,7 @@ impl Holders {
     pub fn has_data(&self) -> bool {
         match &self.body {
             Body::Compact(c) => c.has_data(),
-            Body::Indexed(_) => self.entries().any(|(_, _, d)| d.is_some()),
+            Body::Indexed(x) => x.has_data(),
         }
     }
 
