@@ -1516,7 +1516,7 @@ fn forged_holder_records_get_an_exact_answer() {
         |fields: HolderFields, bytes: Vec<u8>| with(fields, &|x| x.packed = Some(bytes.clone()));
     let accepted = |fields: &HolderFields| {
         let kind = match fields.mode {
-            MODE_SHARED => Kind::Shared,
+            MODE_SHARED | MODE_SHARED_WITH_DATA => Kind::Shared,
             _ => Kind::Semaphore {
                 limit: fields.limit,
             },
@@ -1594,6 +1594,12 @@ fn forged_holder_records_get_an_exact_answer() {
             shared(vec![hold(b"r1", f(1), i64::MIN)]),
         ),
     ];
+    // Two holders, one with data at its longest.
+    let with_data = || {
+        let mut holds = two();
+        holds[1].data = Some(vec![0xa5; MAX_DATA]);
+        holds
+    };
     // Refused under one version or with one layout only.
     let h1 = hold(b"r1", f(1), lease);
     let first = encode_holds(std::slice::from_ref(&h1));
@@ -1719,6 +1725,36 @@ fn forged_holder_records_get_an_exact_answer() {
                 }),
             ),
         ),
+        // Holders with public data (version 3 only).
+        (
+            "packed with data: 4097 bytes of data",
+            shared(vec![h1.clone(), {
+                let mut h = hold(b"r2", f(2), lease);
+                h.data = Some(vec![b'd'; MAX_DATA + 1]);
+                h
+            }]),
+        ),
+        (
+            "packed with data: no holder has any",
+            packed(
+                with(shared(vec![h1.clone()]), &|x| {
+                    x.mode = MODE_SHARED_WITH_DATA
+                }),
+                then(&[0]),
+            ),
+        ),
+        (
+            "packed without data under the mode with data",
+            with(sem(3, two()), &|x| x.mode = MODE_SEMAPHORE_WITH_DATA),
+        ),
+        (
+            "packed with data under the mode without",
+            with(shared(with_data()), &|x| x.mode = MODE_SHARED),
+        ),
+        (
+            "packed with data under version 2",
+            with(shared(with_data()), &|x| x.module_id = v2),
+        ),
     ];
     for (what, fields) in &refused {
         only.push((what, fields.clone()));
@@ -1810,6 +1846,45 @@ fn forged_holder_records_get_an_exact_answer() {
             assert_eq!(b.expect(&payload), want, "{what}");
             b.case(&what, &payload, &want);
         }
+    }
+    // Holders with public data (version 3 only): each holder's data read back exactly.
+    let data_cases: Vec<(&str, HolderFields)> = vec![
+        ("shared, data at its longest", shared(with_data())),
+        (
+            "semaphore, data on each holder, the lowest fence ending last",
+            sem(
+                3,
+                vec![
+                    Hold {
+                        data: Some(b"\x00\r\n".to_vec()),
+                        ..hold(b"r1", f(1), lease + 5)
+                    },
+                    Hold {
+                        data: Some(b"b".to_vec()),
+                        ..hold(b"r2", f(2), lease)
+                    },
+                ],
+            ),
+        ),
+        (
+            "40 holders with data: the indexed form",
+            sem(
+                64,
+                many.iter()
+                    .enumerate()
+                    .map(|(i, h)| Hold {
+                        data: (i % 3 != 0).then(|| format!("data-{i}").into_bytes()),
+                        ..h.clone()
+                    })
+                    .collect(),
+            ),
+        ),
+    ];
+    for (what, fields) in &data_cases {
+        let payload = base.seal(&fields.body());
+        let want = accepted(fields);
+        assert_eq!(b.expect(&payload), want, "{what}");
+        b.case(what, &payload, &want);
     }
     println!(
         "RESTORE-FORGED-HOLDERS cases={} accepted={} (holders checked exactly: {}) refused={}",
