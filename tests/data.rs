@@ -1,4 +1,4 @@
-//! Public data kept with an exclusive hold (SPEC "Election and observation": `LOCK.ACQUIRE …
+//! Public data kept with an exclusive hold (holders of shared locks and semaphores: `holders`) (SPEC "Election and observation": `LOCK.ACQUIRE …
 //! DATA value`): shown by `LOCK.INFO`, replaced by a re-grant that gives some and kept by one
 //! that does not, handed over with a waiter's grant, and carried exactly through every path a
 //! lock takes: replicas, DEBUG RELOAD, RDB and AOF restarts (with and without the RDB preamble,
@@ -95,8 +95,6 @@ fn data_is_shown_replaced_by_a_regrant_and_bounded() {
         ),
         (vec!["DATA"], "DATA"),
         (vec!["DATA", "a", "DATA", "b"], "more than once"),
-        (vec!["SHARED", "DATA", "a"], "exclusive hold only"),
-        (vec!["LIMIT", "3", "DATA", "a"], "exclusive hold only"),
     ] {
         let mut cmd = rcmd!("LOCK.ACQUIRE", "fresh", "t", "PX", 1000);
         for a in &args {
@@ -224,3 +222,5 @@ fn data_survives_replicas_reloads_restarts_and_restores() {
         }
     }
 }
+
+mod holders;

@@ -63,6 +63,12 @@ const MODE_SHARED: u64 = 2;
 const MODE_SEMAPHORE: u64 = 3;
 /// An exclusive lock with public data (`DATA`): fence, token, data (1 to 4,096 bytes).
 const MODE_EXCLUSIVE_WITH_DATA: u64 = 4;
+/// Holders of which some have public data (version 3): as `MODE_SHARED` and `MODE_SEMAPHORE`,
+/// with each packed hold followed by its data's length (0: none) and data.
+const MODE_SHARED_WITH_DATA: u64 = 5;
+const MODE_SEMAPHORE_WITH_DATA: u64 = 6;
+/// What a mode with data is without.
+const WITH_DATA_OFFSET: u64 = 3;
 const MAX_DATA: usize = 4096;
 const MAX_TOKEN: usize = 512;
 const MAX_LIMIT: u64 = 1_000_000;
@@ -124,13 +130,18 @@ enum Kind {
 }
 
 impl Kind {
-    /// The mode and the limit the module writes for this kind.
+    /// The mode and the limit the module writes for this kind (holds without data).
     fn code(self) -> (u64, u64) {
         match self {
             Kind::Shared => (MODE_SHARED, 0),
             Kind::Semaphore { limit } => (MODE_SEMAPHORE, limit),
         }
     }
+}
+
+/// Whether any of `holds` has public data: the module then packs them with data.
+fn any_data(holds: &[Hold]) -> bool {
+    holds.iter().any(|h| h.data.is_some())
 }
 
 /// One holder of a read/write lock or of a semaphore, as the module writes it.
@@ -140,6 +151,8 @@ struct Hold {
     /// Unix milliseconds; the lease has ended once the clock is past it.
     expire_at: i64,
     token: Vec<u8>,
+    /// Public data (version 3, packed with data).
+    data: Option<Vec<u8>>,
 }
 
 fn hold(token: &[u8], fence: u64, expire_at: i64) -> Hold {
@@ -147,6 +160,7 @@ fn hold(token: &[u8], fence: u64, expire_at: i64) -> Hold {
         fence,
         expire_at,
         token: token.to_vec(),
+        data: None,
     }
 }
 
@@ -166,8 +180,10 @@ fn put_varint(out: &mut Vec<u8>, mut n: u64) {
 /// The holds of a key as encoding version 3 packs them into one string, in the order given (the
 /// module writes them in the order of (lease end, fence)): each hold against the one before it,
 /// the first against zero — the lease end's increase as a varint, the fence's change zigzag-
-/// encoded as a varint, the token's length as a varint, the token.
+/// encoded as a varint, the token's length as a varint, the token; when any hold has data (the
+/// record's mode says so), each hold's data's length as a varint (0: none) and its data.
 fn encode_holds(holds: &[Hold]) -> Vec<u8> {
+    let with_data = any_data(holds);
     let mut out = Vec::new();
     let (mut end, mut fence) = (0i64, 0u64);
     for h in holds {
@@ -176,6 +192,11 @@ fn encode_holds(holds: &[Hold]) -> Vec<u8> {
         put_varint(&mut out, ((change << 1) ^ (change >> 63)) as u64);
         put_varint(&mut out, h.token.len() as u64);
         out.extend_from_slice(&h.token);
+        if with_data {
+            let data = h.data.as_deref().unwrap_or_default();
+            put_varint(&mut out, data.len() as u64);
+            out.extend_from_slice(data);
+        }
         (end, fence) = (h.expire_at, h.fence);
     }
     out
@@ -203,23 +224,31 @@ fn read_varint(b: &[u8], at: &mut usize) -> Option<u64> {
 }
 
 /// A hold as read from a payload: fence, lease end, token (`None`: an LZF string not decoded
-/// here).
-type ReadHold = (u64, i64, Option<Vec<u8>>);
+/// here), public data.
+type ReadHold = (u64, i64, Option<Vec<u8>>, Option<Vec<u8>>);
 
-/// The holds packed as `encode_holds` packs them, in the order read; `None` when the bytes do
-/// not read as holds.
-fn decode_holds(b: &[u8]) -> Option<Vec<ReadHold>> {
+/// The holds packed as `encode_holds` packs them (`with_data`: with each hold's data), in the
+/// order read; `None` when the bytes do not read as holds.
+fn decode_holds(b: &[u8], with_data: bool) -> Option<Vec<ReadHold>> {
     let (mut at, mut end, mut fence) = (0usize, 0i64, 0u64);
     let mut out = Vec::new();
+    let bytes = |at: &mut usize| {
+        let len = usize::try_from(read_varint(b, at)?).ok()?;
+        let got = b.get(*at..at.checked_add(len)?)?;
+        *at += len;
+        Some(got.to_vec())
+    };
     while at < b.len() {
         let increase = read_varint(b, &mut at)?;
         let change = read_varint(b, &mut at)?;
-        let len = usize::try_from(read_varint(b, &mut at)?).ok()?;
-        let token = b.get(at..at.checked_add(len)?)?;
-        at += len;
+        let token = bytes(&mut at)?;
+        let data = match with_data {
+            true => Some(bytes(&mut at)?).filter(|d| !d.is_empty()),
+            false => None,
+        };
         end = end.wrapping_add(increase as i64);
         fence = fence.wrapping_add((((change >> 1) as i64) ^ -((change & 1) as i64)) as u64);
-        out.push((fence, end, Some(token.to_vec())));
+        out.push((fence, end, Some(token), data));
     }
     Some(out)
 }
@@ -251,9 +280,12 @@ impl HolderFields {
     /// (packed for version 3, in the order of their lease ends; in fields of their own for any
     /// other, in the order given).
     fn new(module_id: u64, kind: Kind, mut holds: Vec<Hold>) -> HolderFields {
-        let (mode, limit) = kind.code();
+        let (mut mode, limit) = kind.code();
         let layout = if module_id & 1023 == ENCODING_VERSION {
             holds.sort_by_key(|h| (h.expire_at, h.fence));
+            if any_data(&holds) {
+                mode += WITH_DATA_OFFSET;
+            }
             Layout::Packed
         } else {
             Layout::Fields
@@ -517,7 +549,12 @@ fn expect(payload: &[u8], module_name_bits: u64, now: i64) -> Expect {
             expect_with_data(&mut r, now)
         }
         Some(mode @ (MODE_SHARED | MODE_SEMAPHORE)) if version == ENCODING_VERSION => {
-            expect_packed_holders(&mut r, mode, now)
+            expect_packed_holders(&mut r, mode, false, now)
+        }
+        Some(mode @ (MODE_SHARED_WITH_DATA | MODE_SEMAPHORE_WITH_DATA))
+            if version == ENCODING_VERSION =>
+        {
+            expect_packed_holders(&mut r, mode - WITH_DATA_OFFSET, true, now)
         }
         Some(mode @ (MODE_SHARED | MODE_SEMAPHORE)) if version == FIELDS_ENCODING_VERSION => {
             expect_holders(&mut r, mode, now)
@@ -637,7 +674,7 @@ fn expect_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
     // A count larger than the payload ends at the first holder that cannot be read.
     let mut read = Vec::new();
     for _ in 0..count {
-        let one = (|| Some((r.uint()?, r.uint()? as i64, r.string_field()?)))();
+        let one = (|| Some((r.uint()?, r.uint()? as i64, r.string_field()?, None)))();
         let Some(one) = one else {
             return Expect::Refused;
         };
@@ -650,8 +687,9 @@ fn expect_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
 }
 
 /// A read/write lock or a semaphore (version 3): limit, count, then the holds packed into one
-/// string (`encode_holds`), exactly `count` of them, in the order of (lease end, fence).
-fn expect_packed_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
+/// string (`encode_holds`, `with_data` or not), exactly `count` of them, in the order of (lease
+/// end, fence); packed with data, at least one of them has some.
+fn expect_packed_holders(r: &mut Reader, mode: u64, with_data: bool, now: i64) -> Expect {
     let fields = (|| {
         let limit = r.uint()?;
         let count = r.uint()?;
@@ -665,11 +703,14 @@ fn expect_packed_holders(r: &mut Reader, mode: u64, now: i64) -> Expect {
     let Some(packed) = packed else {
         return Expect::Either;
     };
-    let Some(read) = decode_holds(&packed) else {
+    let Some(read) = decode_holds(&packed, with_data) else {
         return Expect::Refused;
     };
     let order = |h: &ReadHold| (h.1, h.0);
     if read.len() as u64 != count || read.windows(2).any(|w| order(&w[0]) >= order(&w[1])) {
+        return Expect::Refused;
+    }
+    if with_data && read.iter().all(|h| h.3.is_none()) {
         return Expect::Refused;
     }
     judge_holders(r, mode, limit, read, now)
@@ -687,8 +728,11 @@ fn judge_holders(r: &Reader, mode: u64, limit: u64, read: Vec<ReadHold>, now: i6
         return Expect::Refused;
     }
     let (mut fences, mut tokens) = (HashSet::new(), HashSet::new());
-    for (fence, _, token) in &read {
+    for (fence, _, token, data) in &read {
         if !valid_fence(*fence) || !fences.insert(*fence) {
+            return Expect::Refused;
+        }
+        if data.as_ref().is_some_and(|d| d.len() > MAX_DATA) {
             return Expect::Refused;
         }
         if let Some(token) = token {
@@ -705,7 +749,7 @@ fn judge_holders(r: &Reader, mode: u64, limit: u64, read: Vec<ReadHold>, now: i6
     }
     // A lease end before the epoch, or beyond one granted now with the longest TTL, is forged
     // (within a minute of that bound, the server's clock decides).
-    for (_, expire_at, _) in &read {
+    for (_, expire_at, _, _) in &read {
         if *expire_at < 0 || *expire_at > now + MAX_TTL_MS + 60_000 {
             return Expect::Refused;
         }
@@ -714,7 +758,7 @@ fn judge_holders(r: &Reader, mode: u64, limit: u64, read: Vec<ReadHold>, now: i6
         }
     }
     let mut holds = Vec::new();
-    for (fence, expire_at, token) in read {
+    for (fence, expire_at, token, data) in read {
         // An LZF token: not decoded here.
         let Some(token) = token else {
             return Expect::Either;
@@ -723,6 +767,7 @@ fn judge_holders(r: &Reader, mode: u64, limit: u64, read: Vec<ReadHold>, now: i6
             fence,
             expire_at,
             token,
+            data,
         });
     }
     if !at_trailer(r) {
@@ -750,6 +795,7 @@ struct Listed {
     token: Vec<u8>,
     fence: u64,
     ttl: i64,
+    data: Option<Vec<u8>>,
 }
 
 fn field(pairs: &[(Vec<u8>, Value)], name: &str) -> Value {
@@ -789,10 +835,12 @@ fn restored(con: &mut Connection, key: &str) -> Restored {
                 .iter()
                 .map(|h| {
                     let h = field_pairs(h);
+                    let data = h.iter().find(|(k, _)| k == b"data");
                     Listed {
                         token: as_bytes(&field(&h, "token")),
                         fence: fence(&h),
                         ttl: as_int(&field(&h, "ttl")),
+                        data: data.map(|(_, v)| as_bytes(v)),
                     }
                 })
                 .collect();
@@ -818,7 +866,7 @@ fn check_listed(what: &str, listed: &[Listed], holds: &[Hold], before: i64, afte
                 );
                 let ttl = h.expire_at.saturating_sub(after)..=h.expire_at.saturating_sub(before);
                 assert!(
-                    l.fence == h.fence && ttl.contains(&l.ttl),
+                    l.fence == h.fence && ttl.contains(&l.ttl) && l.data == h.data,
                     "{what}: {l:?} listed for {h:?} (TTL {ttl:?})"
                 );
                 shown.next();
@@ -838,7 +886,11 @@ fn check_listed(what: &str, listed: &[Listed], holds: &[Hold], before: i64, afte
 /// Whether `payload` (sealed) is a record of a key with holders, by its mode.
 fn has_holders(payload: &[u8]) -> bool {
     let mut r = Reader { b: payload, at: 1 };
-    r.value().is_some() && matches!(r.uint(), Some(MODE_SHARED | MODE_SEMAPHORE))
+    r.value().is_some()
+        && matches!(
+            r.uint(),
+            Some(MODE_SHARED | MODE_SEMAPHORE | MODE_SHARED_WITH_DATA | MODE_SEMAPHORE_WITH_DATA)
+        )
 }
 
 /// Whatever was accepted is a lock a server could hold.
@@ -1153,6 +1205,47 @@ fn the_encoder_writes_what_dump_writes() {
             "{key}"
         );
     }
+    // Holders with public data: their own mode, each hold followed by its data (none: 0).
+    for (token, data) in [
+        (&b"d1"[..], Some(&b"host:1"[..])),
+        (b"d2", None),
+        (b"d3", Some(b"\x00\r\n")),
+    ] {
+        let mut cmd = rcmd!("LOCK.ACQUIRE", "enc-data", token, "PX", 3_600_000, "SHARED");
+        if let Some(d) = data {
+            cmd.arg("DATA").arg(d);
+        }
+        assert!(parse_grant(&ok(&mut b.c, &cmd)).is_some());
+    }
+    let dump = Dump::parse(&as_bytes(&ok(&mut b.c, &rcmd!("DUMP", "enc-data"))));
+    ok(&mut b.c, &rcmd!("DEL", "enc-data"));
+    let mut r = Reader {
+        b: &dump.body,
+        at: 1,
+    };
+    r.value();
+    assert_eq!(r.uint(), Some(MODE_SHARED_WITH_DATA));
+    let Expect::Holders { kind, holds } = b.expect(&dump.seal(&dump.body)) else {
+        panic!("holders with data: {:?}", b.expect(&dump.seal(&dump.body)));
+    };
+    let data: Vec<_> = holds
+        .iter()
+        .map(|h| (h.token.clone(), h.data.clone()))
+        .collect();
+    assert_eq!(
+        data,
+        [
+            (b"d1".to_vec(), Some(b"host:1".to_vec())),
+            (b"d2".to_vec(), None),
+            (b"d3".to_vec(), Some(b"\x00\r\n".to_vec()))
+        ]
+    );
+    let id = module_id(&dump.body);
+    assert_eq!(
+        HolderFields::new(id, kind, holds).body(),
+        dump.body,
+        "with data"
+    );
     b.finish("encoder");
 }
 
@@ -1423,7 +1516,7 @@ fn forged_holder_records_get_an_exact_answer() {
         |fields: HolderFields, bytes: Vec<u8>| with(fields, &|x| x.packed = Some(bytes.clone()));
     let accepted = |fields: &HolderFields| {
         let kind = match fields.mode {
-            MODE_SHARED => Kind::Shared,
+            MODE_SHARED | MODE_SHARED_WITH_DATA => Kind::Shared,
             _ => Kind::Semaphore {
                 limit: fields.limit,
             },
@@ -1501,6 +1594,12 @@ fn forged_holder_records_get_an_exact_answer() {
             shared(vec![hold(b"r1", f(1), i64::MIN)]),
         ),
     ];
+    // Two holders, one with data at its longest.
+    let with_data = || {
+        let mut holds = two();
+        holds[1].data = Some(vec![0xa5; MAX_DATA]);
+        holds
+    };
     // Refused under one version or with one layout only.
     let h1 = hold(b"r1", f(1), lease);
     let first = encode_holds(std::slice::from_ref(&h1));
@@ -1626,6 +1725,36 @@ fn forged_holder_records_get_an_exact_answer() {
                 }),
             ),
         ),
+        // Holders with public data (version 3 only).
+        (
+            "packed with data: 4097 bytes of data",
+            shared(vec![h1.clone(), {
+                let mut h = hold(b"r2", f(2), lease);
+                h.data = Some(vec![b'd'; MAX_DATA + 1]);
+                h
+            }]),
+        ),
+        (
+            "packed with data: no holder has any",
+            packed(
+                with(shared(vec![h1.clone()]), &|x| {
+                    x.mode = MODE_SHARED_WITH_DATA
+                }),
+                then(&[0]),
+            ),
+        ),
+        (
+            "packed without data under the mode with data",
+            with(sem(3, two()), &|x| x.mode = MODE_SEMAPHORE_WITH_DATA),
+        ),
+        (
+            "packed with data under the mode without",
+            with(shared(with_data()), &|x| x.mode = MODE_SHARED),
+        ),
+        (
+            "packed with data under version 2",
+            with(shared(with_data()), &|x| x.module_id = v2),
+        ),
     ];
     for (what, fields) in &refused {
         only.push((what, fields.clone()));
@@ -1718,6 +1847,45 @@ fn forged_holder_records_get_an_exact_answer() {
             b.case(&what, &payload, &want);
         }
     }
+    // Holders with public data (version 3 only): each holder's data read back exactly.
+    let data_cases: Vec<(&str, HolderFields)> = vec![
+        ("shared, data at its longest", shared(with_data())),
+        (
+            "semaphore, data on each holder, the lowest fence ending last",
+            sem(
+                3,
+                vec![
+                    Hold {
+                        data: Some(b"\x00\r\n".to_vec()),
+                        ..hold(b"r1", f(1), lease + 5)
+                    },
+                    Hold {
+                        data: Some(b"b".to_vec()),
+                        ..hold(b"r2", f(2), lease)
+                    },
+                ],
+            ),
+        ),
+        (
+            "40 holders with data: the indexed form",
+            sem(
+                64,
+                many.iter()
+                    .enumerate()
+                    .map(|(i, h)| Hold {
+                        data: (i % 3 != 0).then(|| format!("data-{i}").into_bytes()),
+                        ..h.clone()
+                    })
+                    .collect(),
+            ),
+        ),
+    ];
+    for (what, fields) in &data_cases {
+        let payload = base.seal(&fields.body());
+        let want = accepted(fields);
+        assert_eq!(b.expect(&payload), want, "{what}");
+        b.case(what, &payload, &want);
+    }
     println!(
         "RESTORE-FORGED-HOLDERS cases={} accepted={} (holders checked exactly: {}) refused={}",
         b.n, b.accepted, b.exact_holders, b.refused
@@ -1726,14 +1894,16 @@ fn forged_holder_records_get_an_exact_answer() {
 }
 
 /// The last bases are keys with holders.
-const HOLDER_BASES: usize = 6;
+const HOLDER_BASES: usize = 8;
 
 /// Base payloads: real `DUMP`s of locks with tokens of different lengths and contents (some
 /// compressed by Redis), and fences of every length encoding (restored, then dumped again);
 /// then (`HOLDER_BASES`) the `DUMP`s of a read/write lock with three `SHARED` holders, a
 /// semaphore with `LIMIT 3` and two holders, a read/write lock with a holder whose token makes
 /// Redis compress the packed holds, and a semaphore with 20 holders (the module's indexed form;
-/// compressed too); and the first two as version 2 wrote them (each hold in fields of its own).
+/// compressed too); the first two as version 2 wrote them (each hold in fields of its own); and
+/// a read/write lock and a semaphore whose holders have public data (the semaphore's 20 holds
+/// compressed).
 fn bases(b: &mut Bench) -> Vec<Dump> {
     let mut rng = StdRng::seed_from_u64(7);
     let random: Vec<u8> = (0..MAX_TOKEN).map(|_| rng.gen()).collect();
@@ -1813,6 +1983,44 @@ fn bases(b: &mut Bench) -> Vec<Dump> {
         })
         .collect();
     out.extend(v2);
+    // Holders with data: three readers, two with data; twenty places (the indexed form), most
+    // with data, long enough together for Redis to compress them.
+    type WithData<'a> = Vec<(&'a [u8], Option<Vec<u8>>)>;
+    let data_bases: [(WithData, &[&str]); 2] = [
+        (
+            vec![
+                (b"reader-1", Some(b"10.0.0.1:6379".to_vec())),
+                (b"r2", None),
+                (b"r3", Some(random[..40].to_vec())),
+            ],
+            &["SHARED"],
+        ),
+        (
+            twenty
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (*t, (i % 5 != 0).then(|| vec![b'd'; 30 + i])))
+                .collect(),
+            &["LIMIT", "30"],
+        ),
+    ];
+    for (holds, options) in data_bases {
+        for (token, data) in &holds {
+            let mut cmd = rcmd!("LOCK.ACQUIRE", "base", *token, "PX", 3_600_000);
+            for o in options {
+                cmd.arg(*o);
+            }
+            if let Some(d) = data {
+                cmd.arg("DATA").arg(d.as_slice());
+            }
+            assert!(parse_grant(&ok(&mut b.c, &cmd)).is_some());
+        }
+        out.push(Dump::parse(&as_bytes(&ok(
+            &mut b.c,
+            &rcmd!("DUMP", "base"),
+        ))));
+        ok(&mut b.c, &rcmd!("DEL", "base"));
+    }
     assert_eq!(out.len() - packed_at, HOLDER_BASES);
     // The reference decoder reads Redis's compressed strings too.
     let compressed = |d: &Dump| {
@@ -1823,8 +2031,10 @@ fn bases(b: &mut Bench) -> Vec<Dump> {
             && r.len() == Some((3, true))
     };
     assert!(
-        compressed(&out[packed_at + 2]) && compressed(&out[packed_at + 3]),
-        "the packed holds of the last two DUMPs are LZF strings"
+        compressed(&out[packed_at + 2])
+            && compressed(&out[packed_at + 3])
+            && compressed(&out[packed_at + 7]),
+        "the packed holds of these DUMPs are LZF strings"
     );
     for d in &out {
         assert!(
@@ -2052,8 +2262,23 @@ fn structured_holders(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
                 let len = token_lens[rng.gen_range(0..token_lens.len())];
                 (0..len).map(|_| rng.gen()).collect()
             },
+            data: None,
         })
         .collect();
+    // Public data on some holds of some sets: mostly short, sometimes at or past its bound.
+    if rng.gen_bool(0.3) {
+        for h in holds.iter_mut() {
+            if rng.gen_bool(0.5) {
+                continue;
+            }
+            let len = match rng.gen_range(0..10) {
+                0 => MAX_DATA,
+                1 => MAX_DATA + 1,
+                _ => rng.gen_range(1..40),
+            };
+            h.data = Some((0..len).map(|_| rng.gen()).collect());
+        }
+    }
     // A token or a fence twice.
     if n >= 2 && rng.gen_bool(0.2) {
         let (from, to) = (0, rng.gen_range(1..n as usize));
@@ -2082,13 +2307,18 @@ fn structured_holders(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
     if packed && rng.gen_bool(0.8) {
         holds.sort_by_key(|h| (h.expire_at, h.fence));
     }
-    let mode = pick(rng, &[MODE_SHARED, MODE_SEMAPHORE, MODE_SEMAPHORE, 4]);
+    let mut mode = pick(rng, &[MODE_SHARED, MODE_SEMAPHORE, MODE_SEMAPHORE, 4]);
     let limits = [1, 2, 3, MAX_LIMIT, 0, MAX_LIMIT + 1, 1 << 32, (1 << 32) + 2];
     let limit = match (mode, rng.gen_bool(0.8)) {
         (MODE_SHARED, true) => 0,
         (_, true) => n.max(pick(rng, &[1, 3, 30])),
         _ => pick(rng, &limits),
     };
+    // Holds with data have the mode that says so; mostly.
+    let says_data = rng.gen_bool(if any_data(&holds) { 0.85 } else { 0.05 });
+    if says_data && matches!(mode, MODE_SHARED | MODE_SEMAPHORE) {
+        mode += WITH_DATA_OFFSET;
+    }
     let count = if rng.gen_bool(0.8) {
         n
     } else {
@@ -2134,12 +2364,13 @@ fn structured_holders(rng: &mut StdRng, id: u64) -> (String, Vec<u8>) {
         },
         packed: packed_holds,
     };
-    let label = format!(
+    let label =
+        format!(
         "holders version={version} {:?} mode={mode} limit={limit} count={count} holds={:?}{damage}",
         f.layout,
         f.holds
             .iter()
-            .map(|h| (h.fence, h.expire_at, h.token.len()))
+            .map(|h| (h.fence, h.expire_at, h.token.len(), h.data.as_ref().map(Vec::len)))
             .collect::<Vec<_>>()
     );
     let mut body = f.body();

@@ -353,6 +353,50 @@ fn a_lock_with_data_is_refused_by_the_previous_release_and_nothing_else() {
     }
 }
 
+/// Holders of which some have public data are records the previous release does not know: their
+/// `RESTORE` there is refused and changes nothing, and so is an RDB file holding one, with a log
+/// line; holders without data (a set whose data is gone included) restore as before.
+#[test]
+fn holders_with_data_are_refused_by_the_previous_release_and_nothing_else() {
+    let Some(previous) = previous_module() else {
+        return;
+    };
+    let master = Server::start();
+    let mut old = start_previous(&previous, Server::builder());
+    let mut m = master.conn();
+    acquire_with(&mut m, "sh-data", "r1", TTL, &["SHARED", "DATA", "host:1"]);
+    acquire_with(&mut m, "sh-data", "r2", TTL, &["SHARED"]);
+    acquire_with(&mut m, "sem-data", "p1", TTL, &["LIMIT", "3", "DATA", "x"]);
+    acquire_with(&mut m, "sh-plain", "r1", TTL, &["SHARED"]);
+    // Its only holder with data leaves: stored as before.
+    acquire_with(&mut m, "sem-was", "p1", TTL, &["LIMIT", "3", "DATA", "x"]);
+    acquire_with(&mut m, "sem-was", "p2", TTL, &["LIMIT", "3"]);
+    assert_eq!(release(&mut m, "sem-was", b"p1"), 1);
+    let mut o = old.conn();
+    for (key, restores) in [
+        ("sh-data", false),
+        ("sem-data", false),
+        ("sh-plain", true),
+        ("sem-was", true),
+    ] {
+        let payload = as_bytes(&ok(&mut m, &rcmd!("DUMP", key)));
+        let r = run(&mut o, &rcmd!("RESTORE", key, TTL, payload.as_slice()));
+        assert_eq!(r.is_ok(), restores, "{key}: {r:?}");
+        assert_eq!(exists(&mut o, key), restores, "{key}");
+    }
+    // An RDB file with holders with data: the previous release does not load it.
+    ok(&mut m, &rcmd!("SAVE"));
+    drop(o);
+    old.stop(Stop::Kill);
+    std::fs::copy(master.dir().join("dump.rdb"), old.dir().join("dump.rdb")).unwrap();
+    let mark = old.log().len();
+    assert!(
+        old.launch(old.port()).is_err(),
+        "the previous release loaded the file"
+    );
+    assert_refused_file(&old.log()[mark..]);
+}
+
 /// A module with a data type cannot be unloaded, and a second `MODULE LOAD` of the module fails:
 /// Redis refuses a module name that is already loaded, before the module can log anything.
 #[test]

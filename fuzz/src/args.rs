@@ -139,10 +139,6 @@ fn model_options(opts: &[&[u8]], acquire: bool) -> Option<Options> {
         }
     }
     o.ttl?;
-    // Public data is kept with an exclusive hold only.
-    if o.data.is_some() && o.want.is_some() {
-        return None;
-    }
     Some(o)
 }
 
@@ -261,7 +257,7 @@ fn check_apply(argv: &[&[u8]]) {
 }
 
 /// `LOCK._HOLD key version END token` or
-/// `LOCK._HOLD key version GRANT (SHARED any | LIMIT count) token fence unix-ms`.
+/// `LOCK._HOLD key version GRANT (SHARED any | LIMIT count) token fence unix-ms [DATA data]`.
 fn model_hold<'a>(argv: &[&'a [u8]]) -> Option<HoldEffect<'a>> {
     if argv.len() < 3 || non_negative(argv[2]) != Some(HOLD_EFFECT_VERSION) {
         return None;
@@ -270,9 +266,16 @@ fn model_hold<'a>(argv: &[&'a [u8]]) -> Option<HoldEffect<'a>> {
     if is(op, "END") && argv.len() == 5 {
         return token_ok(argv[4]).then_some(HoldEffect::End { token: argv[4] });
     }
-    if !is(op, "GRANT") || argv.len() != 9 {
+    if !is(op, "GRANT") || !matches!(argv.len(), 9 | 11) {
         return None;
     }
+    let data = match argv.get(9..) {
+        Some([name, value]) if is(name, "DATA") && (1..=MAX_DATA).contains(&value.len()) => {
+            Some(*value)
+        }
+        Some([]) | None => None,
+        _ => return None,
+    };
     let kind = if is(argv[4], "SHARED") {
         Kind::Shared
     } else if is(argv[4], "LIMIT") {
@@ -287,6 +290,7 @@ fn model_hold<'a>(argv: &[&'a [u8]]) -> Option<HoldEffect<'a>> {
         token: Some(argv[6]).filter(|t| token_ok(t))?,
         fence: fence_value(argv[7])?,
         expire_at_ms: strict_i64(argv[8])?,
+        data,
     })
 }
 

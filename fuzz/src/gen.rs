@@ -335,8 +335,8 @@ fn build(r: &mut Rng, cmd: Command, key: &[u8], token: &[u8], wild: bool) -> Vec
                 if r.chance(10) {
                     opts.push(vec![cased(r, "EPHEMERAL")]);
                 }
-                // Public data goes with exclusive holds (with the others only when wild).
-                if r.chance(10) && (wild || kind >= 2) {
+                // Public data, with any kind of hold.
+                if r.chance(10) {
                     // Public data: at its bounds when wild (empty, the longest, one byte over).
                     let len = match (wild, r.below(4)) {
                         (true, 0) => 0,
@@ -402,6 +402,16 @@ fn build(r: &mut Rng, cmd: Command, key: &[u8], token: &[u8], wild: bool) -> Vec
                 argv.push(token.to_vec());
                 argv.push(value(r, wild, 1, i64::MAX as u64));
                 argv.push(value(r, wild, 1_735_689_600_000, 4_000_000_000_000));
+                // The hold's public data, at its bounds when wild.
+                if r.chance(20) {
+                    let len = match (wild, r.below(4)) {
+                        (true, 0) => 0,
+                        (true, 1) => 4097,
+                        _ => r.between(1, 24) as usize,
+                    };
+                    argv.push(cased(r, "DATA"));
+                    argv.push(vec![b'd'; len]);
+                }
             }
         }
         Command::Gate => argv.push(value(r, wild, 1, i64::MAX as u64)),

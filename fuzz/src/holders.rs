@@ -28,6 +28,8 @@ pub fn holders(data: &[u8]) {
     };
     let mut h = Holders::new(kind);
     let mut model: BTreeMap<Vec<u8>, Hold> = BTreeMap::new();
+    // Each holder's public data, if it has some.
+    let mut datas: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
     let mut clock = FenceClock::default();
     let mut now = fence::TIME_BASE_MS;
     for op in ops.chunks_exact(6) {
@@ -52,14 +54,23 @@ pub fn holders(data: &[u8]) {
                             fence,
                             expire_at: lease_end,
                         };
-                        h.insert(&token, hold);
+                        let data = data_for(&token, v);
+                        h.insert_with_data(&token, hold, data.as_deref());
                         model.insert(token.clone(), hold);
+                        match data {
+                            Some(d) => datas.insert(token.clone(), d),
+                            None => datas.remove(&token),
+                        };
                         true
                     }
-                    // Same fence, new lease.
+                    // Same fence, new lease; new data if given, else the data kept.
                     Decision::Regrant => {
                         assert!(h.set_expiry(&token, lease_end));
                         model.get_mut(&token).unwrap().expire_at = lease_end;
+                        if let Some(d) = data_for(&token, v >> 8) {
+                            assert!(h.set_data(&token, Some(&d)));
+                            datas.insert(token.clone(), d);
+                        }
                         true
                     }
                     _ => false,
@@ -68,6 +79,7 @@ pub fn holders(data: &[u8]) {
             1 => {
                 let removed = h.remove(&token);
                 assert_eq!(removed, model.remove(&token));
+                datas.remove(&token);
                 removed.is_some()
             }
             2 => {
@@ -92,6 +104,7 @@ pub fn holders(data: &[u8]) {
                     );
                     assert!(hold.expire_at < now);
                     model.remove(&t[..]);
+                    datas.remove(&t[..]);
                     popped = true;
                 }
                 assert!(model.values().all(|hold| hold.expire_at >= now));
@@ -108,7 +121,8 @@ pub fn holders(data: &[u8]) {
             6 => {
                 if !h.is_empty() {
                     let encoded = h.encoded();
-                    let back = Holders::from_encoded(kind, h.len() as u64, &encoded, LATEST_END);
+                    let (count, with_data) = (h.len() as u64, h.has_data());
+                    let back = Holders::from_encoded(kind, count, &encoded, with_data, LATEST_END);
                     assert_eq!(back.as_ref(), Ok(&h), "stored form does not read back");
                 }
                 assert_eq!(h.clone(), h);
@@ -121,6 +135,10 @@ pub fn holders(data: &[u8]) {
         };
         let holds = sorted(&model);
         check_matches(&h, kind, &holds);
+        for token in model.keys() {
+            assert_eq!(h.data_of(token), datas.get(token).map(|d| &d[..]), "data");
+        }
+        assert_eq!(h.has_data(), !datas.is_empty(), "some holder has data");
         if changed {
             // The form fits the size, with hysteresis: indexed past COMPACT_MAX holds, and
             // compact again at COMPACT_AGAIN (with short tokens, far below any byte bound).
@@ -129,7 +147,8 @@ pub fn holders(data: &[u8]) {
                 "{} holds compact",
                 h.len()
             );
-            let small = holds.len() <= COMPACT_AGAIN && holds.iter().all(|(t, _)| t.len() <= 64);
+            let short = |t: &Vec<u8>| t.len() + datas.get(t).map_or(0, Vec::len) <= 64;
+            let small = holds.len() <= COMPACT_AGAIN && holds.iter().all(|(t, _)| short(t));
             assert!(!small || h.is_compact(), "{} small holds indexed", h.len());
         }
     }
@@ -224,7 +243,7 @@ pub fn check_matches(h: &Holders, kind: Kind, holds: &[(Vec<u8>, Hold)]) {
     assert_eq!(h.latest(), holds.last().map(|(_, x)| x.expire_at));
     let highest = holds.iter().map(|(_, x)| x.fence).max().unwrap_or(0);
     assert_eq!(h.highest_fence(), highest);
-    let fences: Vec<u64> = h.by_fence().iter().map(|(_, x)| x.fence).collect();
+    let fences: Vec<u64> = h.by_fence().iter().map(|(_, x, _)| x.fence).collect();
     assert!(
         fences.windows(2).all(|w| w[0] < w[1]),
         "by_fence out of order"
@@ -336,5 +355,19 @@ fn check_plan(kind: Kind, v: u32) {
             Decision::Busy,
             "the plan stopped early"
         );
+    }
+}
+
+/// Public data for a grant to `token`, from the operation's value: none for most, short for
+/// some, up to a few hundred bytes (which the forms' byte bounds count) for a few.
+fn data_for(token: &[u8], v: u32) -> Option<Vec<u8>> {
+    match v % 8 {
+        0 => {
+            let mut d = token.repeat(1 + (v as usize >> 3) % 40);
+            d.truncate(redislock::core::limits::MAX_DATA_LEN);
+            Some(d)
+        }
+        1 => Some(vec![(v >> 3) as u8; 1]),
+        _ => None,
     }
 }

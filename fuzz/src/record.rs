@@ -135,7 +135,8 @@ fn holders_record(encver: i32, mode: u64, limit: u64, rest: &[u8]) {
             return;
         };
         let count = u64::from_le_bytes(*count);
-        let got = Holders::from_encoded(kind, count, bytes, LATEST_END);
+        // Holds without data, as modes 2 and 3 store them.
+        let got = Holders::from_encoded(kind, count, bytes, false, LATEST_END);
         let (want, holds) = match decode_holds(bytes) {
             Some(holds) if holds.len() as u64 != count => (Err(HoldersError::Malformed), holds),
             Some(holds) => (model_encoded(kind, &holds), holds),
@@ -150,7 +151,8 @@ fn holders_record(encver: i32, mode: u64, limit: u64, rest: &[u8]) {
         let Some(holds) = version2_holds(rest) else {
             return;
         };
-        let got = Holders::from_stored(kind, holds.clone(), LATEST_END);
+        let stored = holds.iter().map(|(t, h)| (t.clone(), *h, None));
+        let got = Holders::from_stored(kind, stored, LATEST_END);
         (got, model_holds(kind, &holds), holds)
     };
     let holders = match got {
@@ -167,7 +169,8 @@ fn holders_record(encver: i32, mode: u64, limit: u64, rest: &[u8]) {
     sorted.sort_by_key(|(_, h)| (h.expire_at, h.fence));
     crate::holders::check_matches(&holders, kind, &sorted);
     check_grants(kind, holders.len());
-    let again = Holders::from_encoded(kind, sorted.len() as u64, &holders.encoded(), LATEST_END);
+    let count = sorted.len() as u64;
+    let again = Holders::from_encoded(kind, count, &holders.encoded(), false, LATEST_END);
     assert_eq!(again.as_ref(), Ok(&holders));
     let rec = Record::new_multi(holders.clone());
     assert!(matches!(rec.view(), Stored::Multi(h) if *h == holders));

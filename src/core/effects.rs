@@ -12,7 +12,8 @@ use super::limits::HOLD_EFFECT_VERSION;
 use super::numbers::{parse_i64, parse_non_negative};
 
 /// Where the token of `LOCK._HOLD` stands among `argc` arguments:
-/// `LOCK._HOLD key 1 END token` or `LOCK._HOLD key 1 GRANT kind limit token fence unix-ms`.
+/// `LOCK._HOLD key 1 END token` or
+/// `LOCK._HOLD key 1 GRANT kind limit token fence unix-ms [DATA data]`.
 pub fn hold_token_at(argc: usize) -> usize {
     if argc == 5 {
         4
@@ -63,9 +64,10 @@ pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, Loc
 
 /// The internal effect on one holder of a shared lock or semaphore, replayed
 /// by replicas and the AOF:
-/// `LOCK._HOLD key 1 GRANT (SHARED 0 | LIMIT count) token fence unix-ms`
-/// (a new hold, a re-grant or an extend: the hold is set to exactly this),
-/// or `LOCK._HOLD key 1 END token` (released, revoked or lease ended).
+/// `LOCK._HOLD key 1 GRANT (SHARED 0 | LIMIT count) token fence unix-ms [DATA data]`
+/// (a new hold, a re-grant or an extend: the hold is set to exactly this,
+/// its public data included: none without `DATA`), or
+/// `LOCK._HOLD key 1 END token` (released, revoked or lease ended).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HoldEffect<'a> {
     Grant {
@@ -73,6 +75,7 @@ pub enum HoldEffect<'a> {
         token: &'a [u8],
         fence: u64,
         expire_at_ms: i64,
+        data: Option<&'a [u8]>,
     },
     End {
         token: &'a [u8],
@@ -94,7 +97,7 @@ pub fn parse_hold<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<HoldEffect<'_>,
             token: given_token(&argv[4])?,
         });
     }
-    if !op.eq_ignore_ascii_case(b"GRANT") || argv.len() != 9 {
+    if !op.eq_ignore_ascii_case(b"GRANT") || !matches!(argv.len(), 9 | 11) {
         return Err(LockError::Arity("lock._hold"));
     }
     let kind = if argv[4].eq_ignore_ascii_case(b"SHARED") {
@@ -106,11 +109,17 @@ pub fn parse_hold<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<HoldEffect<'_>,
     } else {
         return Err(unknown(&argv[4]));
     };
+    let data = match &argv[9..] {
+        [] => None,
+        [name, value] if name.eq_ignore_ascii_case(b"DATA") => Some(parse_data(value)?),
+        [name, ..] => return Err(unknown(name)),
+    };
     Ok(HoldEffect::Grant {
         kind,
         token: given_token(&argv[6])?,
         fence: parse_fence_value(&argv[7])?,
         expire_at_ms: parse_i64(&argv[8]).ok_or(LockError::InvalidTtl)?,
+        data,
     })
 }
 
@@ -143,16 +152,20 @@ mod tests {
             let r = parse_hold(&argv).map(|e| format!("{e:?}"));
             r
         };
-        let grant = |kind, token: &[u8], fence, expire_at_ms| {
+        let grant_with = |kind, token: &[u8], fence, expire_at_ms, data| {
             Ok(format!(
                 "{:?}",
                 HoldEffect::Grant {
                     kind,
                     token,
                     fence,
-                    expire_at_ms
+                    expire_at_ms,
+                    data
                 }
             ))
+        };
+        let grant = |kind, token: &[u8], fence, expire_at_ms| {
+            grant_with(kind, token, fence, expire_at_ms, None)
         };
         assert_eq!(
             hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000"]),
@@ -161,6 +174,30 @@ mod tests {
         assert_eq!(
             hold(&["1", "grant", "LIMIT", "3", "t", "7", "1000"]),
             grant(Kind::Semaphore { limit: 3 }, b"t", 7, 1000)
+        );
+        assert_eq!(
+            hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000", "DATA", "h:1"]),
+            grant_with(Kind::Shared, b"t", 7, 1000, Some(&b"h:1"[..]))
+        );
+        assert_eq!(
+            hold(&["1", "GRANT", "LIMIT", "3", "t", "7", "1000", "data", "x"]),
+            grant_with(Kind::Semaphore { limit: 3 }, b"t", 7, 1000, Some(&b"x"[..]))
+        );
+        for bad in [
+            &["1", "GRANT", "SHARED", "0", "t", "7", "1000", "DATA"][..],
+            &[
+                "1", "GRANT", "SHARED", "0", "t", "7", "1000", "DATA", "x", "y",
+            ],
+        ] {
+            assert_eq!(hold(bad), Err(LockError::Arity("lock._hold")), "{bad:?}");
+        }
+        assert!(matches!(
+            hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000", "NOPE", "x"]),
+            Err(LockError::UnknownOption(_))
+        ));
+        assert_eq!(
+            hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000", "DATA", ""]),
+            Err(LockError::InvalidData)
         );
         assert_eq!(
             hold(&["1", "END", "t"]),

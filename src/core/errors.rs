@@ -78,8 +78,6 @@ pub enum LockError {
     LockNotGate,
     /// `DATA` that is empty or longer than the limit.
     InvalidData,
-    /// `DATA` with `SHARED` or `LIMIT`: kept with an exclusive hold only.
-    DataNotExclusive,
     /// `SHARED` and `LIMIT` in one acquire.
     SharedAndLimit,
     /// A `LIMIT` outside 1..=1,000,000.
@@ -145,7 +143,6 @@ impl fmt::Display for LockError {
             GateNotLock => f.write_str("WRONGTYPE the key is a fence gate (LOCK.FENCE), not a lock"),
             LockNotGate => f.write_str("WRONGTYPE the key is a lock, not a fence gate"),
             InvalidData => write!(f, "ERR invalid DATA: must be 1 to {MAX_DATA_LEN} bytes"),
-            DataNotExclusive => f.write_str("ERR DATA is kept with an exclusive hold only, not with SHARED or LIMIT"),
             SharedAndLimit => f.write_str("ERR syntax error: SHARED and LIMIT are mutually exclusive"),
             InvalidLimit => write!(f, "ERR invalid LIMIT: must be an integer from 1 to {}", MAX_LIMIT),
             KindMismatch { semaphore_limit: None } => f.write_str("ERR the key is a read/write lock (exclusive or SHARED holds), not a semaphore: LIMIT does not apply"),
@@ -194,7 +191,6 @@ mod tests {
             LockError::SharedAndLimit,
             LockError::InvalidLimit,
             LockError::InvalidData,
-            LockError::DataNotExclusive,
             LockError::KindMismatch {
                 semaphore_limit: None,
             },

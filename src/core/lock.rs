@@ -18,11 +18,17 @@ use super::token::{self, MAX_TOKEN_LEN};
 /// after the token. It is no new version: a release before it refuses
 /// such a record (an unknown mode), and still reads every other record a
 /// newer one writes, so `DUMP` payloads and replicas work both ways across
-/// an upgrade as long as no hold carries data.
+/// an upgrade as long as no hold carries data. Holders of which some have
+/// data are stored the same way: under [`SHARED_WITH_DATA`] or
+/// [`SEMAPHORE_WITH_DATA`], with the holds written with data.
 pub const ENCODING_VERSION: i32 = 3;
 
 /// The record code of an exclusive lock that carries public data.
 pub const EXCLUSIVE_WITH_DATA: u64 = 4;
+/// The record code of shared holders of which some carry public data.
+pub const SHARED_WITH_DATA: u64 = 5;
+/// The record code of a semaphore's holders of which some carry public data.
+pub const SEMAPHORE_WITH_DATA: u64 = 6;
 
 /// The kind of lock a record describes. Stored in every record so that later
 /// kinds (shared holders, counted semaphores, reentrant holds) can be added

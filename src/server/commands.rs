@@ -216,15 +216,18 @@ pub fn info(call: &Call) -> Reply {
             let live: Vec<_> = h
                 .by_fence()
                 .into_iter()
-                .filter(|(token, x)| !holders::ended(x.expire_at, now) && !gone(token, x.fence))
-                .map(|(token, x)| {
+                .filter(|(token, x, _)| !holders::ended(x.expire_at, now) && !gone(token, x.fence))
+                .map(|(token, x, data)| {
                     let client = ephemeral::client_of(&id, token, x.fence) as i64;
-                    [
+                    let mut holder = vec![
                         ("token", Field::Bytes(shown(token))),
                         ("fence", Field::Int(x.fence as i64)),
                         ("ttl", Field::Int(x.expire_at.saturating_sub(now))),
                         ("client", Field::Int(client)),
-                    ]
+                    ];
+                    // Public data is shown to every reader, when there is some.
+                    holder.extend(data.map(|d| ("data", Field::Bytes(d))));
+                    holder
                 })
                 .collect();
             let maps: Vec<&[(&str, Field)]> = live.iter().map(|m| &m[..]).collect();

@@ -10,7 +10,9 @@ use redis_module::raw;
 use crate::core::fence::{self, FenceClock};
 use crate::core::holders::{Hold, Holders, Kind};
 use crate::core::limits;
-use crate::core::lock::{LockRef, Mode, ENCODING_VERSION, EXCLUSIVE_WITH_DATA};
+use crate::core::lock::{
+    LockRef, Mode, ENCODING_VERSION, EXCLUSIVE_WITH_DATA, SEMAPHORE_WITH_DATA, SHARED_WITH_DATA,
+};
 use crate::core::record::{Record, Stored};
 use crate::core::release;
 use crate::server::{catch_panic, cluster, ffi, locks, state, stats};
@@ -55,7 +57,9 @@ unsafe fn stored<'a>(value: *const c_void) -> Stored<'a> {
 /// or gate as fence and token (as in versions 1 and 2), or holders as limit
 /// (0 for shared), count, and the holds as one string (`Holders::encoded`).
 /// An exclusive lock with public data has the code `EXCLUSIVE_WITH_DATA` in
-/// place of its mode and the data after the token.
+/// place of its mode and the data after the token; holders of which some
+/// have data have `SHARED_WITH_DATA` or `SEMAPHORE_WITH_DATA` and their
+/// holds written with data.
 /// Version 2 wrote each hold's fence, lease end and token as fields.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     catch_panic::callback((), || {
@@ -78,7 +82,12 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
                     Kind::Shared => (Mode::Shared, 0),
                     Kind::Semaphore { limit } => (Mode::Semaphore, u64::from(limit)),
                 };
-                raw::save_unsigned(rdb, mode.code());
+                let code = match (holders.has_data(), mode) {
+                    (false, _) => mode.code(),
+                    (true, Mode::Semaphore) => SEMAPHORE_WITH_DATA,
+                    (true, _) => SHARED_WITH_DATA,
+                };
+                raw::save_unsigned(rdb, code);
                 raw::save_unsigned(rdb, limit);
                 raw::save_unsigned(rdb, holders.len() as u64);
                 raw::save_slice(rdb, &holders.encoded());
@@ -88,8 +97,14 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 }
 
 /// Reads the holders of a shared lock or semaphore (after their mode), as
-/// encoding version `encver` (2 or 3) wrote them.
-fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Option<Holders> {
+/// encoding version `encver` (2 or 3) wrote them, `with_data` (version 3
+/// only) or not.
+fn load_holders(
+    rdb: *mut raw::RedisModuleIO,
+    mode: Mode,
+    with_data: bool,
+    encver: c_int,
+) -> Option<Holders> {
     let limit = raw::load_unsigned(rdb).ok()?;
     let kind = match mode {
         Mode::Shared if limit == 0 => Kind::Shared,
@@ -103,7 +118,7 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Opti
     let latest_end = ffi::now_ms().saturating_add(limits::MAX_TTL_MS as i64);
     if encver >= 3 {
         let holds = raw::load_string_buffer(rdb).ok()?;
-        return Holders::from_encoded(kind, count, holds.as_ref(), latest_end).ok();
+        return Holders::from_encoded(kind, count, holds.as_ref(), with_data, latest_end).ok();
     }
     // Never trust the count for an allocation: a forged one would be huge.
     let mut holds = Vec::with_capacity(count.min(1024) as usize);
@@ -111,7 +126,7 @@ fn load_holders(rdb: *mut raw::RedisModuleIO, mode: Mode, encver: c_int) -> Opti
         let fence = raw::load_unsigned(rdb).ok()?;
         let expire_at = raw::load_signed(rdb).ok()?;
         let token = raw::load_string_buffer(rdb).ok()?;
-        holds.push((token.as_ref().to_vec(), Hold { fence, expire_at }));
+        holds.push((token.as_ref().to_vec(), Hold { fence, expire_at }, None));
     }
     Holders::from_stored(kind, holds, latest_end).ok()
 }
@@ -146,11 +161,19 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             if mode == EXCLUSIVE_WITH_DATA && encver >= 3 {
                 return load_with_data(rdb, encver);
             }
+            let with_data = match mode {
+                SHARED_WITH_DATA if encver >= 3 => Some(Mode::Shared),
+                SEMAPHORE_WITH_DATA if encver >= 3 => Some(Mode::Semaphore),
+                _ => None,
+            };
+            if let Some(m) = with_data {
+                return Some(Record::new_multi(load_holders(rdb, m, true, encver)?));
+            }
             match Mode::from_code(mode)? {
                 m @ (Mode::Shared | Mode::Semaphore)
                     if (2..=ENCODING_VERSION).contains(&encver) =>
                 {
-                    Some(Record::new_multi(load_holders(rdb, m, encver)?))
+                    Some(Record::new_multi(load_holders(rdb, m, false, encver)?))
                 }
                 _ => {
                     let fence = raw::load_unsigned(rdb).ok()?;

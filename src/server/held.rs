@@ -72,12 +72,11 @@ impl<'a> Held<'a> {
         match self {
             Held::Free => (0, None),
             Held::Exclusive(l) => (l.fence(), l.data()),
-            Held::Multi(h) => {
-                let live = h
-                    .iter()
-                    .filter(|(_, x)| !holders::ended(x.expire_at, now_ms));
-                (live.map(|(_, x)| x.fence).max().unwrap_or(0), None)
-            }
+            Held::Multi(h) => h
+                .entries()
+                .filter(|(_, x, _)| !holders::ended(x.expire_at, now_ms))
+                .max_by_key(|(_, x, _)| x.fence)
+                .map_or((0, None), |(_, x, data)| (x.fence, data)),
         }
     }
 

@@ -93,14 +93,16 @@ pub fn delete_lock(ctx: &Context, name: &RedisString, mut key: LockKey) {
 }
 
 /// Gives `token` a new hold on the key `name` (free, or holding `kind`
-/// holders with room), with a new fence, and propagates it. Returns the
-/// fence and the look to set up.
+/// holders with room), with a new fence and its public `data`, and
+/// propagates it. Returns the fence and the look to set up.
+#[allow(clippy::too_many_arguments)]
 pub fn grant_holder(
     ctx: &Context,
     name: &RedisString,
     mut key: LockKey,
     kind: Kind,
     token: &[u8],
+    data: Option<&[u8]>,
     expire_at: i64,
     event: &CStr,
 ) -> Result<(u64, Look), LockError> {
@@ -110,12 +112,12 @@ pub fn grant_holder(
     let after = match key.holders_mut() {
         Some(holders) => {
             let before = holders.latest();
-            holders.insert(token, hold);
+            holders.insert_with_data(token, hold, data);
             After::change(holders, true, before)
         }
         None => {
             let mut holders = Holders::new(kind);
-            holders.insert(token, hold);
+            holders.insert_with_data(token, hold, data);
             let after = After::change(&holders, true, None);
             if !key.set_holders(holders) {
                 return Err(LockError::Internal);
@@ -124,13 +126,14 @@ pub fn grant_holder(
         }
     };
     let look = settle(key, after);
-    ffi::replicate_hold(ctx, name, kind, token, hold);
+    ffi::replicate_hold(ctx, name, kind, token, hold, data);
     ffi::notify(ctx, event, name);
     Ok((fence, look))
 }
 
-/// Moves the lease of `token`'s hold (re-grant, extend); its fence stays.
-/// Returns the look to set up.
+/// Moves the lease of `token`'s hold (re-grant, extend); its fence stays,
+/// and so does its public data unless `data` gives new data (a re-grant
+/// with `DATA`). Returns the look to set up.
 #[must_use]
 pub fn set_holder_expiry(
     ctx: &Context,
@@ -138,17 +141,26 @@ pub fn set_holder_expiry(
     mut key: LockKey,
     token: &[u8],
     expire_at: i64,
+    data: Option<&[u8]>,
 ) -> Look {
     let holders = key.holders_mut()?;
     let before = holders.latest();
     if !holders.set_expiry(token, expire_at) {
         return None;
     }
+    if data.is_some() {
+        holders.set_data(token, data);
+    }
     let kind = holders.kind();
     let hold = holders.get(token)?;
     let after = After::change(holders, true, before);
+    // The hold is propagated as it is now: with the data it keeps.
+    let kept = key
+        .holders()
+        .and_then(|h| h.data_of(token))
+        .map(Box::<[u8]>::from);
     let look = settle(key, after);
-    ffi::replicate_hold(ctx, name, kind, token, hold);
+    ffi::replicate_hold(ctx, name, kind, token, hold, kept.as_deref());
     ffi::notify(ctx, c"lock.extended", name);
     look
 }
@@ -298,6 +310,7 @@ pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Resul
             token,
             fence,
             expire_at_ms,
+            data,
         } => {
             let hold = Hold {
                 fence,
@@ -306,12 +319,12 @@ pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Resul
             match current_kind {
                 Some(k) if k == kind => {
                     if let Some(h) = key.holders_mut() {
-                        h.insert(token, hold);
+                        h.insert_with_data(token, hold, data);
                     }
                 }
                 None => {
                     let mut h = Holders::new(kind);
-                    h.insert(token, hold);
+                    h.insert_with_data(token, hold, data);
                     if !key.set_holders(h) {
                         return Err(LockError::Internal);
                     }

@@ -27,7 +27,7 @@ pub struct Acquire<'a> {
     pub block_ms: Option<u64>,
     /// The hold is bound to the asking connection.
     pub ephemeral: bool,
-    /// Public data kept with an exclusive hold; `None` keeps a re-grant's.
+    /// Public data kept with the hold; `None` keeps a re-grant's.
     pub data: Option<&'a [u8]>,
 }
 
@@ -115,9 +115,6 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
         }
     }
     let want = want.unwrap_or(Want::Exclusive);
-    if data.is_some() && want != Want::Exclusive {
-        return Err(LockError::DataNotExclusive);
-    }
     Ok(Acquire {
         token,
         ttl_ms: ttl.finish()?,

@@ -76,7 +76,7 @@ fn acquire_forms() {
 }
 
 #[test]
-fn data_is_kept_with_exclusive_holds_only() {
+fn data_is_kept_with_every_kind_of_hold() {
     let a = argv("LOCK.ACQUIRE k t PX 10 DATA host:1 BLOCK 5");
     let parsed = parse_acquire(&a).unwrap();
     assert_eq!(parsed.data, Some(&b"host:1"[..]));
@@ -92,17 +92,18 @@ fn data_is_kept_with_exclusive_holds_only() {
             "LOCK.ACQUIRE k t PX 10 DATA a DATA b",
             LockError::RepeatedOption("DATA"),
         ),
-        (
-            "LOCK.ACQUIRE k t PX 10 SHARED DATA a",
-            LockError::DataNotExclusive,
-        ),
-        (
-            "LOCK.ACQUIRE k t PX 10 DATA a LIMIT 2",
-            LockError::DataNotExclusive,
-        ),
     ] {
         assert_eq!(parse_acquire(&argv(line)), Err(err), "{line}");
     }
+    let a = argv("LOCK.ACQUIRE k t PX 10 SHARED DATA a");
+    let parsed = parse_acquire(&a).unwrap();
+    assert_eq!((parsed.want, parsed.data), (Want::Shared, Some(&b"a"[..])));
+    let a = argv("LOCK.ACQUIRE k t PX 10 DATA a LIMIT 2");
+    let parsed = parse_acquire(&a).unwrap();
+    assert_eq!(
+        (parsed.want, parsed.data),
+        (Want::Place { limit: 2 }, Some(&b"a"[..]))
+    );
     let mut a = argv("LOCK.ACQUIRE k t PX 10 DATA x");
     for (len, ok) in [
         (0, false),

@@ -6,17 +6,26 @@
 //!
 //! - the lease end's increase, as an unsigned LEB128 varint;
 //! - the fence's change, zigzag-encoded, as a varint;
-//! - the token's length, as a varint, then the token.
+//! - the token's length, as a varint, then the token;
+//! - only in holds written "with data" (a set where some holder has public
+//!   data): the data's length as a varint (0: none), then the data.
 //!
 //! Holders granted around the same time with the same TTL differ by a few
-//! milliseconds and a few fences, so a hold costs its token plus 3–5 bytes.
-//! In memory the holds follow a one-byte count, in one exact-size
-//! allocation; any change writes a new one (the set is small).
+//! milliseconds and a few fences, so a hold costs its token plus 3–5 bytes
+//! (and its data plus one or two with data). In memory the holds follow a
+//! one-byte count, whose top bit says they are written with data, in one
+//! exact-size allocation; any change writes a new one (the set is small).
 
 use super::hold::Hold;
 
 /// The most bytes a varint of a `u64` takes.
 const MAX_VARINT: usize = 10;
+
+/// Set in the count byte of holds written with data.
+const WITH_DATA: u8 = 0x80;
+
+/// A hold as the encoding carries it: token, grant, public data.
+pub type Entry<'a> = (&'a [u8], Hold, Option<&'a [u8]>);
 
 fn zigzag(n: i64) -> u64 {
     ((n << 1) ^ (n >> 63)) as u64
@@ -58,17 +67,27 @@ impl Previous {
         )
     }
 
-    fn entry_len(&self, token: &[u8], hold: Hold) -> usize {
+    fn entry_len(&self, (token, hold, data): Entry<'_>, with_data: bool) -> usize {
         let (end, fence) = self.deltas(hold);
-        varint_len(end) + varint_len(fence) + varint_len(token.len() as u64) + token.len()
+        let data_len = data.map_or(0, <[u8]>::len);
+        let data = match with_data {
+            true => varint_len(data_len as u64) + data_len,
+            false => 0,
+        };
+        varint_len(end) + varint_len(fence) + varint_len(token.len() as u64) + token.len() + data
     }
 
-    fn write(&mut self, out: &mut Vec<u8>, token: &[u8], hold: Hold) {
+    fn write(&mut self, out: &mut Vec<u8>, (token, hold, data): Entry<'_>, with_data: bool) {
         let (end, fence) = self.deltas(hold);
         put_varint(out, end);
         put_varint(out, fence);
         put_varint(out, token.len() as u64);
         out.extend_from_slice(token);
+        if with_data {
+            let data = data.unwrap_or_default();
+            put_varint(out, data.len() as u64);
+            out.extend_from_slice(data);
+        }
         *self = Previous {
             expire_at: hold.expire_at,
             fence: hold.fence,
@@ -81,21 +100,24 @@ impl Previous {
 pub struct Reader<'a> {
     rest: &'a [u8],
     previous: Previous,
+    with_data: bool,
 }
 
 /// What is wrong with encoded holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Malformed {
     /// Cut short, a varint longer than a `u64`'s or not in its shortest
-    /// form, or a token longer than what follows.
+    /// form, or a token or data longer than what follows.
     Bytes,
 }
 
 impl<'a> Reader<'a> {
-    pub fn new(bytes: &'a [u8]) -> Reader<'a> {
+    /// Holds written without data (`with_data` false) or with it.
+    pub fn new(bytes: &'a [u8], with_data: bool) -> Reader<'a> {
         Reader {
             rest: bytes,
             previous: Previous::default(),
+            with_data,
         }
     }
 
@@ -126,24 +148,34 @@ impl<'a> Reader<'a> {
         Err(Malformed::Bytes)
     }
 
+    /// A length, then that many bytes.
+    fn bytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let len = self.varint()?;
+        let len = usize::try_from(len).map_err(|_| Malformed::Bytes)?;
+        if len > self.rest.len() {
+            return Err(Malformed::Bytes);
+        }
+        let (bytes, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Ok(bytes)
+    }
+
     /// The next hold; `None` at the end.
-    pub fn next_hold(&mut self) -> Option<Result<(&'a [u8], Hold), Malformed>> {
+    pub fn next_hold(&mut self) -> Option<Result<Entry<'a>, Malformed>> {
         if self.rest.is_empty() {
             return None;
         }
         Some(self.read_hold())
     }
 
-    fn read_hold(&mut self) -> Result<(&'a [u8], Hold), Malformed> {
+    fn read_hold(&mut self) -> Result<Entry<'a>, Malformed> {
         let end = self.varint()?;
         let fence = self.varint()?;
-        let len = self.varint()?;
-        let len = usize::try_from(len).map_err(|_| Malformed::Bytes)?;
-        if len > self.rest.len() {
-            return Err(Malformed::Bytes);
-        }
-        let (token, rest) = self.rest.split_at(len);
-        self.rest = rest;
+        let token = self.bytes()?;
+        let data = match self.with_data {
+            true => Some(self.bytes()?).filter(|d| !d.is_empty()),
+            false => None,
+        };
         let hold = Hold {
             expire_at: self.previous.expire_at.wrapping_add(end as i64),
             fence: self.previous.fence.wrapping_add(unzigzag(fence) as u64),
@@ -152,41 +184,50 @@ impl<'a> Reader<'a> {
             expire_at: hold.expire_at,
             fence: hold.fence,
         };
-        Ok((token, hold))
+        Ok((token, hold, data))
     }
 }
 
 /// Holds to encode: calls its argument with each, in (lease end, fence)
 /// order; as often as asked.
-type EachHold<'a> = &'a dyn Fn(&mut dyn FnMut(&[u8], Hold));
+type EachHold<'a> = &'a dyn Fn(&mut dyn FnMut(Entry<'_>));
 
-/// Encodes holds after `prefix`. `each` is called twice: once to size the
-/// buffer, once to fill it.
-fn encode(prefix: &[u8], each: EachHold<'_>) -> Vec<u8> {
+/// Encodes holds after `prefix`, with their data or without. `each` is
+/// called twice: once to size the buffer, once to fill it.
+fn encode(prefix: &[u8], with_data: bool, each: EachHold<'_>) -> Vec<u8> {
     let mut len = prefix.len();
     let mut previous = Previous::default();
-    each(&mut |token, hold| {
-        len += previous.entry_len(token, hold);
+    each(&mut |entry| {
+        len += previous.entry_len(entry, with_data);
         previous = Previous {
-            expire_at: hold.expire_at,
-            fence: hold.fence,
+            expire_at: entry.1.expire_at,
+            fence: entry.1.fence,
         };
     });
     let mut out = Vec::with_capacity(len);
     out.extend_from_slice(prefix);
     let mut previous = Previous::default();
-    each(&mut |token, hold| previous.write(&mut out, token, hold));
+    each(&mut |entry| previous.write(&mut out, entry, with_data));
     debug_assert_eq!(out.len(), len, "sized as written");
     out
 }
 
-/// Holds as stored in RDB files and `DUMP` payloads.
-pub fn encode_stored<'a>(holds: impl Iterator<Item = (&'a [u8], Hold)> + Clone) -> Vec<u8> {
-    encode(&[], &|f| holds.clone().for_each(|(t, h)| f(t, h)))
+/// Whether any of `holds` carries public data.
+fn any_data<'a>(holds: impl Iterator<Item = Entry<'a>>) -> bool {
+    holds.into_iter().any(|(_, _, d)| d.is_some())
 }
 
-/// A small set of holds in one allocation: a count, then the holds in
-/// (lease end, fence) order.
+/// Holds as stored in RDB files and `DUMP` payloads, and whether they are
+/// written with data (only when some holder has data: a set without any
+/// is stored as releases before per-holder data stored it).
+pub fn encode_stored<'a>(holds: impl Iterator<Item = Entry<'a>> + Clone) -> (Vec<u8>, bool) {
+    let with_data = any_data(holds.clone());
+    let bytes = encode(&[], with_data, &|f| holds.clone().for_each(&mut *f));
+    (bytes, with_data)
+}
+
+/// A small set of holds in one allocation: a count (its top bit: written
+/// with data), then the holds in (lease end, fence) order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Compact {
     bytes: Box<[u8]>,
@@ -194,7 +235,7 @@ pub struct Compact {
 
 impl Compact {
     /// The most holds this form can count (it switches form well before).
-    pub const MAX_COUNT: usize = u8::MAX as usize;
+    pub const MAX_COUNT: usize = (WITH_DATA - 1) as usize;
 
     pub fn new() -> Compact {
         Compact {
@@ -203,22 +244,34 @@ impl Compact {
     }
 
     /// From holds in (lease end, fence) order, at most [`Compact::MAX_COUNT`].
-    pub fn from_sorted<'a>(holds: impl Iterator<Item = (&'a [u8], Hold)> + Clone) -> Compact {
-        Compact::build(&|f| holds.clone().for_each(|(t, h)| f(t, h)))
+    pub fn from_sorted<'a>(holds: impl Iterator<Item = Entry<'a>> + Clone) -> Compact {
+        Compact::build(any_data(holds.clone()), &|f| {
+            holds.clone().for_each(&mut *f)
+        })
     }
 
-    fn build(each: EachHold<'_>) -> Compact {
+    fn build(with_data: bool, each: EachHold<'_>) -> Compact {
         let mut count = 0usize;
-        each(&mut |_, _| count += 1);
+        each(&mut |_| count += 1);
         debug_assert!(count <= Compact::MAX_COUNT, "switched form before");
-        let count = u8::try_from(count).unwrap_or(u8::MAX);
+        let count = count.min(Compact::MAX_COUNT) as u8;
+        let head = if with_data { count | WITH_DATA } else { count };
         Compact {
-            bytes: encode(&[count], each).into_boxed_slice(),
+            bytes: encode(&[head], with_data, each).into_boxed_slice(),
         }
     }
 
+    fn head(&self) -> u8 {
+        self.bytes.first().copied().unwrap_or(0)
+    }
+
     pub fn len(&self) -> usize {
-        usize::from(self.bytes.first().copied().unwrap_or(0))
+        usize::from(self.head() & !WITH_DATA)
+    }
+
+    /// Whether the holds are written with data (some holder has data).
+    pub fn has_data(&self) -> bool {
+        self.head() & WITH_DATA != 0
     }
 
     /// Bytes of its allocation.
@@ -234,32 +287,34 @@ impl Compact {
     /// Every hold, in (lease end, fence) order.
     pub fn iter(&self) -> Iter<'_> {
         Iter {
-            reader: Reader::new(self.stored()),
+            reader: Reader::new(self.stored(), self.has_data()),
         }
     }
 
-    /// The position and hold of `token`.
-    pub fn find(&self, token: &[u8]) -> Option<(usize, Hold)> {
+    /// The position and hold of `token`, and its data.
+    pub fn find(&self, token: &[u8]) -> Option<(usize, Hold, Option<&[u8]>)> {
         self.iter()
             .enumerate()
-            .find(|(_, (t, _))| *t == token)
-            .map(|(i, (_, h))| (i, h))
+            .find(|(_, (t, _, _))| *t == token)
+            .map(|(i, (_, h, d))| (i, h, d))
     }
 
-    pub fn first(&self) -> Option<(&[u8], Hold)> {
+    pub fn first(&self) -> Option<Entry<'_>> {
         self.iter().next()
     }
 
-    /// The last hold's lease end: the lease-end steps summed, tokens and
-    /// fences skipped.
+    /// The last hold's lease end: the lease-end steps summed, tokens,
+    /// fences and data skipped.
     pub fn last_expire_at(&self) -> Option<i64> {
-        let mut reader = Reader::new(self.stored());
+        let mut reader = Reader::new(self.stored(), self.has_data());
         let mut at = None;
         while !reader.rest.is_empty() {
             let end = reader.varint().ok()?;
             reader.varint().ok()?;
-            let len = usize::try_from(reader.varint().ok()?).ok()?;
-            reader.rest = reader.rest.get(len..)?;
+            reader.bytes().ok()?;
+            if reader.with_data {
+                reader.bytes().ok()?;
+            }
             at = Some(at.unwrap_or(0i64).wrapping_add(end as i64));
         }
         at
@@ -267,22 +322,22 @@ impl Compact {
 
     /// These holds without the one at `skip`, and with `add` at its place
     /// in the order.
-    pub fn rebuilt(&self, skip: Option<usize>, add: Option<(&[u8], Hold)>) -> Compact {
+    pub fn rebuilt(&self, skip: Option<usize>, add: Option<Entry<'_>>) -> Compact {
         // Decoded once: the new block is sized, counted and written from
         // the list (each pass over the encoded bytes would decode them all).
-        let mut holds: Vec<(&[u8], Hold)> = Vec::with_capacity(self.len() + 1);
+        let mut holds: Vec<Entry<'_>> = Vec::with_capacity(self.len() + 1);
         let mut add = add;
-        for (i, (token, hold)) in self.iter().enumerate() {
+        for (i, entry) in self.iter().enumerate() {
             if Some(i) == skip {
                 continue;
             }
-            if let Some((t, h)) = add {
-                if (h.expire_at, h.fence) < (hold.expire_at, hold.fence) {
-                    holds.push((t, h));
+            if let Some(new) = add {
+                if (new.1.expire_at, new.1.fence) < (entry.1.expire_at, entry.1.fence) {
+                    holds.push(new);
                     add = None;
                 }
             }
-            holds.push((token, hold));
+            holds.push(entry);
         }
         holds.extend(add);
         Compact::from_sorted(holds.iter().copied())
@@ -296,7 +351,7 @@ pub struct Iter<'a> {
 }
 
 impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a [u8], Hold);
+    type Item = Entry<'a>;
 
     fn next(&mut self) -> Option<Self::Item> {
         // The bytes were written by `encode`: they always read back.
@@ -318,7 +373,7 @@ mod tests {
             let mut out = Vec::new();
             put_varint(&mut out, n);
             assert_eq!(out.len(), varint_len(n), "{n}");
-            assert_eq!(Reader::new(&out).varint(), Ok(n), "{n}");
+            assert_eq!(Reader::new(&out, false).varint(), Ok(n), "{n}");
         }
         for n in [0, 1, -1, 63, -64, i64::MAX, i64::MIN] {
             assert_eq!(unzigzag(zigzag(n)), n);
@@ -336,31 +391,71 @@ mod tests {
             &[0x80; 11],
         ];
         for b in bad {
-            assert_eq!(Reader::new(b).varint(), Err(Malformed::Bytes), "{b:?}");
+            assert_eq!(
+                Reader::new(b, false).varint(),
+                Err(Malformed::Bytes),
+                "{b:?}"
+            );
         }
         let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-        assert_eq!(Reader::new(&max).varint(), Ok(u64::MAX));
+        assert_eq!(Reader::new(&max, false).varint(), Ok(u64::MAX));
     }
 
     #[test]
     fn holds_read_back_as_written_whatever_their_numbers() {
-        let holds: Vec<(&[u8], Hold)> = vec![
-            (b"a", hold(u64::MAX, i64::MIN)),
-            (b"", hold(0, -1)),
-            (&[7; 300], hold(1, 0)),
-            (b"z", hold(1 << 40, 1_800_000_000_000)),
-            (b"y", hold(5, i64::MAX)),
+        let mut holds: Vec<Entry<'_>> = vec![
+            (b"a", hold(u64::MAX, i64::MIN), None),
+            (b"", hold(0, -1), None),
+            (&[7; 300], hold(1, 0), None),
+            (b"z", hold(1 << 40, 1_800_000_000_000), None),
+            (b"y", hold(5, i64::MAX), None),
         ];
-        let stored = encode_stored(holds.iter().copied());
-        let mut r = Reader::new(&stored);
-        let mut back = Vec::new();
-        while let Some(h) = r.next_hold() {
-            back.push(h.unwrap());
+        let data = [9u8; 200];
+        for with_data in [false, true] {
+            if with_data {
+                holds[1].2 = Some(b"d");
+                holds[3].2 = Some(&data);
+            }
+            let (stored, flagged) = encode_stored(holds.iter().copied());
+            assert_eq!(flagged, with_data);
+            let mut r = Reader::new(&stored, with_data);
+            let mut back = Vec::new();
+            while let Some(h) = r.next_hold() {
+                back.push(h.unwrap());
+            }
+            assert_eq!(back, holds);
+            let c = Compact::from_sorted(holds.iter().copied());
+            assert_eq!(c.iter().collect::<Vec<_>>(), holds);
+            assert_eq!((c.len(), c.stored()), (5, &stored[..]));
+            assert_eq!(c.has_data(), with_data);
+            assert_eq!(c.last_expire_at(), Some(i64::MAX));
         }
-        assert_eq!(back, holds);
-        let c = Compact::from_sorted(holds.iter().copied());
-        assert_eq!(c.iter().collect::<Vec<_>>(), holds);
-        assert_eq!((c.len(), c.stored()), (5, &stored[..]));
+    }
+
+    #[test]
+    fn data_costs_its_bytes_and_a_length_in_each_hold_of_a_set_with_data() {
+        let t = [b'x'; 32];
+        let now = 1_780_000_000_000;
+        let without: Vec<Entry<'_>> = (0..3).map(|i| (&t[..], hold(9 + i, now), None)).collect();
+        let mut with = without.clone();
+        with[1].2 = Some(&[b'd'; 200]);
+        let (a, b) = (
+            Compact::from_sorted(without.iter().copied()),
+            Compact::from_sorted(with.iter().copied()),
+        );
+        // One length byte for each hold (0: none), two for 200 bytes, and the data.
+        assert_eq!(b.byte_len(), a.byte_len() + 1 + 2 + 1 + 200);
+        assert_eq!((a.len(), b.len()), (3, 3));
+        assert_eq!(b.find(&t), Some((0, hold(9, now), None)));
+        // A set whose last data goes is written without data again.
+        let r = b.rebuilt(Some(1), Some((&t[..], hold(10, now), None)));
+        assert_eq!(r, a);
+        let r = a.rebuilt(Some(2), Some((&t[..], hold(11, now), Some(b"x"))));
+        assert!(r.has_data());
+        assert_eq!(
+            r.iter().last(),
+            Some((&t[..], hold(11, now), Some(&b"x"[..])))
+        );
     }
 
     #[test]
@@ -368,10 +463,10 @@ mod tests {
         let t = [b'x'; 32];
         let now = 1_780_000_000_000;
         let fence = 0x0000_2000_0000_0000;
-        let one = Compact::from_sorted([(&t[..], hold(fence, now))].into_iter());
+        let one = Compact::from_sorted([(&t[..], hold(fence, now), None)].into_iter());
         assert_eq!(one.byte_len(), 1 + 6 + 7 + 1 + 32);
-        let ten: Vec<(&[u8], Hold)> = (0..10)
-            .map(|i| (&t[..], hold(fence + i, now + i as i64)))
+        let ten: Vec<Entry<'_>> = (0..10)
+            .map(|i| (&t[..], hold(fence + i, now + i as i64), None))
             .collect();
         let ten = Compact::from_sorted(ten.into_iter());
         assert_eq!(ten.byte_len(), one.byte_len() + 9 * (1 + 1 + 1 + 32));
@@ -381,23 +476,26 @@ mod tests {
     fn rebuilt_drops_and_places_in_order() {
         let c = Compact::from_sorted(
             [
-                (&b"a"[..], hold(1, 10)),
-                (b"b", hold(2, 20)),
-                (b"c", hold(3, 30)),
+                (&b"a"[..], hold(1, 10), None),
+                (b"b", hold(2, 20), None),
+                (b"c", hold(3, 30), None),
             ]
             .into_iter(),
         );
-        let tokens = |c: &Compact| c.iter().map(|(t, _)| t.to_vec()).collect::<Vec<_>>();
-        assert_eq!(c.find(b"b"), Some((1, hold(2, 20))));
+        let tokens = |c: &Compact| c.iter().map(|(t, _, _)| t.to_vec()).collect::<Vec<_>>();
+        assert_eq!(c.find(b"b"), Some((1, hold(2, 20), None)));
         assert_eq!(c.find(b"zz"), None);
-        let r = c.rebuilt(Some(1), Some((b"d", hold(4, 25))));
+        let r = c.rebuilt(Some(1), Some((b"d", hold(4, 25), None)));
         assert_eq!(tokens(&r), [b"a".to_vec(), b"d".to_vec(), b"c".to_vec()]);
-        let r = c.rebuilt(None, Some((b"e", hold(0, 10))));
+        let r = c.rebuilt(None, Some((b"e", hold(0, 10), None)));
         assert_eq!(tokens(&r)[0], b"e");
-        let r = c.rebuilt(None, Some((b"f", hold(9, 99))));
+        let r = c.rebuilt(None, Some((b"f", hold(9, 99), None)));
         assert_eq!((r.len(), tokens(&r)[3].as_slice()), (4, &b"f"[..]));
         let r = c.rebuilt(Some(0), None).rebuilt(Some(0), None);
-        assert_eq!((r.len(), r.first()), (1, Some((&b"c"[..], hold(3, 30)))));
+        assert_eq!(
+            (r.len(), r.first()),
+            (1, Some((&b"c"[..], hold(3, 30), None)))
+        );
         assert_eq!(r.rebuilt(Some(0), None), Compact::new());
     }
 }

@@ -1,5 +1,6 @@
 //! The holders of a shared (read/write) lock or of a semaphore: one hold
-//! per token, each with its own fence and lease.
+//! per token, each with its own fence and lease, and public data if it was
+//! granted some (`DATA`).
 //!
 //! Two forms of the same holds. A small set (most keys: a few readers, a
 //! few places taken) is [`compact`]: one allocation with the holds in
@@ -29,6 +30,7 @@ mod tests;
 use compact::Compact;
 use indexed::Indexed;
 
+pub use compact::Entry;
 pub use hold::{ended, Hold};
 
 /// The kind of a key with holders.
@@ -44,7 +46,8 @@ pub use super::limits::MAX_LIMIT;
 
 /// A set of holds takes the indexed form once it has more holds than this…
 pub const COMPACT_MAX: usize = 16;
-/// …or once its compact form would take more bytes than this (long tokens).
+/// …or once its compact form would take more bytes than this (long tokens,
+/// or data).
 const COMPACT_MAX_BYTES: usize = 4096;
 /// An indexed set takes the compact form again once it is down to this
 /// many holds…
@@ -99,7 +102,7 @@ impl Clone for Holders {
 impl PartialEq for Holders {
     /// The same kind and the same holds, whatever their form.
     fn eq(&self, other: &Holders) -> bool {
-        self.kind() == other.kind() && self.iter().eq(other.iter())
+        self.kind() == other.kind() && self.entries().eq(other.entries())
     }
 }
 
@@ -110,7 +113,7 @@ impl std::fmt::Debug for Holders {
         f.debug_struct("Holders")
             .field("kind", &self.kind())
             .field("compact", &self.is_compact())
-            .field("holds", &self.iter().collect::<Vec<_>>())
+            .field("holds", &self.entries().collect::<Vec<_>>())
             .finish()
     }
 }
@@ -133,6 +136,9 @@ pub enum HoldersError {
     Malformed,
     /// Encoded holds not in the order of their lease ends (and fences).
     Unordered,
+    /// Public data longer than a hold can carry, or holds written with
+    /// data of which none has any.
+    BadData,
 }
 
 impl Holders {
@@ -180,19 +186,41 @@ impl Holders {
 
     pub fn get(&self, token: &[u8]) -> Option<Hold> {
         match &self.body {
-            Body::Compact(c) => c.find(token).map(|(_, h)| h),
+            Body::Compact(c) => c.find(token).map(|(_, h, _)| h),
             Body::Indexed(x) => x.get(token),
         }
     }
 
-    /// Adds a hold for a token that holds nothing yet.
+    /// The public data of `token`'s hold, if it holds and has some.
+    pub fn data_of(&self, token: &[u8]) -> Option<&[u8]> {
+        match &self.body {
+            Body::Compact(c) => c.find(token).and_then(|(_, _, d)| d),
+            Body::Indexed(x) => x.data_of(token),
+        }
+    }
+
+    /// Whether any holder has public data.
+    pub fn has_data(&self) -> bool {
+        match &self.body {
+            Body::Compact(c) => c.has_data(),
+            Body::Indexed(x) => x.has_data(),
+        }
+    }
+
+    /// Adds a hold without public data for a token that holds nothing yet.
     pub fn insert(&mut self, token: &[u8], hold: Hold) {
+        self.insert_with_data(token, hold, None);
+    }
+
+    /// Adds a hold with its public data (if any) for a token that holds
+    /// nothing yet.
+    pub fn insert_with_data(&mut self, token: &[u8], hold: Hold, data: Option<&[u8]>) {
         match &mut self.body {
             Body::Compact(c) => {
-                let at = c.find(token).map(|(i, _)| i);
-                *c = c.rebuilt(at, Some((token, hold)));
+                let at = c.find(token).map(|(i, _, _)| i);
+                *c = c.rebuilt(at, Some((token, hold, data)));
             }
-            Body::Indexed(x) => x.insert(token, hold),
+            Body::Indexed(x) => x.insert(token, hold, data),
         }
         self.fit();
     }
@@ -201,9 +229,9 @@ impl Holders {
     pub fn set_expiry(&mut self, token: &[u8], expire_at: i64) -> bool {
         let moved = match &mut self.body {
             Body::Compact(c) => match c.find(token) {
-                Some((i, hold)) => {
+                Some((i, hold, data)) => {
                     let hold = Hold { expire_at, ..hold };
-                    *c = c.rebuilt(Some(i), Some((token, hold)));
+                    *c = c.rebuilt(Some(i), Some((token, hold, data)));
                     true
                 }
                 None => false,
@@ -214,10 +242,27 @@ impl Holders {
         moved
     }
 
+    /// Replaces a holder's public data (`None`: it has none); false if the
+    /// token holds nothing.
+    pub fn set_data(&mut self, token: &[u8], data: Option<&[u8]>) -> bool {
+        let set = match &mut self.body {
+            Body::Compact(c) => match c.find(token) {
+                Some((i, hold, _)) => {
+                    *c = c.rebuilt(Some(i), Some((token, hold, data)));
+                    true
+                }
+                None => false,
+            },
+            Body::Indexed(x) => x.set_data(token, data),
+        };
+        self.fit();
+        set
+    }
+
     pub fn remove(&mut self, token: &[u8]) -> Option<Hold> {
         let hold = match &mut self.body {
             Body::Compact(c) => {
-                let (i, hold) = c.find(token)?;
+                let (i, hold, _) = c.find(token)?;
                 *c = c.rebuilt(Some(i), None);
                 hold
             }
@@ -230,7 +275,7 @@ impl Holders {
     /// The first lease to end.
     pub fn earliest(&self) -> Option<i64> {
         match &self.body {
-            Body::Compact(c) => c.first().map(|(_, h)| h.expire_at),
+            Body::Compact(c) => c.first().map(|(_, h, _)| h.expire_at),
             Body::Indexed(x) => x.earliest(),
         }
     }
@@ -247,7 +292,7 @@ impl Holders {
     pub fn pop_ended(&mut self, now_ms: i64) -> Option<(Box<[u8]>, Hold)> {
         let popped = match &mut self.body {
             Body::Compact(c) => {
-                let (token, hold) = c.first()?;
+                let (token, hold, _) = c.first()?;
                 if !ended(hold.expire_at, now_ms) {
                     return None;
                 }
@@ -268,7 +313,7 @@ impl Holders {
         let earliest = self.earliest()?;
         let all_end_together = match &self.body {
             // Stops at the first lease that ends later: no full decode.
-            Body::Compact(c) => c.iter().all(|(_, h)| h.expire_at == earliest),
+            Body::Compact(c) => c.iter().all(|(_, h, _)| h.expire_at == earliest),
             Body::Indexed(_) => Some(earliest) == self.latest(),
         };
         if all_end_together {
@@ -301,16 +346,22 @@ impl Holders {
 
     /// Every hold, in the order the leases end.
     pub fn iter(&self) -> Iter<'_> {
-        Iter(match &self.body {
+        Iter(self.entries())
+    }
+
+    /// Every hold with its public data, in the order the leases end.
+    pub fn entries(&self) -> Entries<'_> {
+        Entries(match &self.body {
             Body::Compact(c) => Walk::Compact(c.iter()),
             Body::Indexed(x) => Walk::Indexed(x.iter()),
         })
     }
 
-    /// Every hold, in grant order (by fence): for listing.
-    pub fn by_fence(&self) -> Vec<(&[u8], Hold)> {
-        let mut all: Vec<_> = self.iter().collect();
-        all.sort_unstable_by_key(|(_, h)| h.fence);
+    /// Every hold with its public data, in grant order (by fence): for
+    /// listing.
+    pub fn by_fence(&self) -> Vec<Entry<'_>> {
+        let mut all: Vec<_> = self.entries().collect();
+        all.sort_unstable_by_key(|(_, h, _)| h.fence);
         all
     }
 
@@ -327,10 +378,7 @@ impl Holders {
 
     /// Holders of `holds`, given in (lease end, fence) order, in the form
     /// that fits their number.
-    fn from_sorted<'a>(
-        kind: Kind,
-        holds: impl Iterator<Item = (&'a [u8], Hold)> + Clone,
-    ) -> Holders {
+    fn from_sorted<'a>(kind: Kind, holds: impl Iterator<Item = Entry<'a>> + Clone) -> Holders {
         let body = if holds.clone().count() <= COMPACT_MAX {
             Some(Compact::from_sorted(holds.clone()))
                 .filter(|c| c.byte_len() <= COMPACT_MAX_BYTES)
@@ -375,7 +423,11 @@ fn allocation(n: usize) -> usize {
 
 /// The holds of a key, in the order the leases end.
 #[derive(Clone)]
-pub struct Iter<'a>(Walk<'a>);
+pub struct Iter<'a>(Entries<'a>);
+
+/// The holds of a key with their public data, in the order the leases end.
+#[derive(Clone)]
+pub struct Entries<'a>(Walk<'a>);
 
 #[derive(Clone)]
 enum Walk<'a> {
@@ -385,6 +437,14 @@ enum Walk<'a> {
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a [u8], Hold);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(t, h, _)| (t, h))
+    }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Entry<'a>;
 
     fn next(&mut self) -> Option<Self::Item> {
         match &mut self.0 {

@@ -7,16 +7,22 @@ use std::collections::HashSet;
 use super::compact;
 use super::{Body, Hold, Holders, HoldersError, Kind, MAX_LIMIT};
 use crate::core::fence;
+use crate::core::limits::MAX_DATA_LEN;
 use crate::core::token::MAX_TOKEN_LEN;
+
+/// A hold read back from storage: token, grant, public data.
+pub type StoredHold = (Vec<u8>, Hold, Option<Vec<u8>>);
 
 impl Holders {
     /// The holds as RDB files and `DUMP` payloads store them (encoding
     /// version 3): in lease-end order, each against the one before it (see
-    /// [`compact`]). Read back by [`Holders::from_encoded`].
+    /// [`compact`]), written with data when some holder has any
+    /// ([`Holders::has_data`]: the record has its own code then). Read back
+    /// by [`Holders::from_encoded`].
     pub fn encoded(&self) -> Cow<'_, [u8]> {
         match &self.body {
             Body::Compact(c) => Cow::Borrowed(c.stored()),
-            Body::Indexed(x) => Cow::Owned(compact::encode_stored(x.iter())),
+            Body::Indexed(x) => Cow::Owned(compact::encode_stored(x.iter()).0),
         }
     }
 
@@ -42,23 +48,27 @@ impl Holders {
     /// (now plus the longest TTL), which would make a hold that never ends.
     pub fn from_stored(
         kind: Kind,
-        stored: impl IntoIterator<Item = (Vec<u8>, Hold)>,
+        stored: impl IntoIterator<Item = StoredHold>,
         latest_end: i64,
     ) -> Result<Holders, HoldersError> {
-        Holders::from_checked(kind, stored.into_iter().collect(), latest_end)
+        let holds: Vec<StoredHold> = stored.into_iter().collect();
+        let holds = holds.iter().map(|(t, h, d)| (&t[..], *h, d.as_deref()));
+        Holders::from_checked(kind, holds.collect(), latest_end)
     }
 
     /// Rebuilds holds stored as [`Holders::encoded`] wrote them, `count`
-    /// of them, refusing anything the module could not have written: as
-    /// [`Holders::from_stored`], and bytes that do not read back as exactly
-    /// `count` holds in lease-end order.
+    /// of them, written `with_data` or not, refusing anything the module
+    /// could not have written: as [`Holders::from_stored`], bytes that do
+    /// not read back as exactly `count` holds in lease-end order, and holds
+    /// written with data of which none has any.
     pub fn from_encoded(
         kind: Kind,
         count: u64,
         bytes: &[u8],
+        with_data: bool,
         latest_end: i64,
     ) -> Result<Holders, HoldersError> {
-        let mut reader = compact::Reader::new(bytes);
+        let mut reader = compact::Reader::new(bytes, with_data);
         let mut holds = Vec::new();
         while let Some(hold) = reader.next_hold() {
             holds.push(hold.map_err(|_| HoldersError::Malformed)?);
@@ -70,21 +80,26 @@ impl Holders {
         if holds.windows(2).any(|w| order(&w[0].1) >= order(&w[1].1)) {
             return Err(HoldersError::Unordered);
         }
+        if with_data && holds.iter().all(|(_, _, d)| d.is_none()) {
+            return Err(HoldersError::BadData);
+        }
         Holders::from_checked(kind, holds, latest_end)
     }
 
-    fn from_checked<T: AsRef<[u8]>>(
+    fn from_checked(
         kind: Kind,
-        mut holds: Vec<(T, Hold)>,
+        mut holds: Vec<compact::Entry<'_>>,
         latest_end: i64,
     ) -> Result<Holders, HoldersError> {
         {
             let mut tokens = HashSet::new();
             let mut fences = HashSet::new();
-            for (token, hold) in &holds {
-                let token = token.as_ref();
+            for &(token, hold, data) in &holds {
                 if token.is_empty() || token.len() > MAX_TOKEN_LEN {
                     return Err(HoldersError::BadToken);
+                }
+                if data.is_some_and(|d| d.is_empty() || d.len() > MAX_DATA_LEN) {
+                    return Err(HoldersError::BadData);
                 }
                 if !fence::is_valid(hold.fence) {
                     return Err(HoldersError::BadFence);
@@ -100,8 +115,8 @@ impl Holders {
                 }
             }
         }
-        holds.sort_unstable_by_key(|(_, h)| (h.expire_at, h.fence));
-        let holders = Holders::from_sorted(kind, holds.iter().map(|(t, h)| (t.as_ref(), *h)));
+        holds.sort_unstable_by_key(|(_, h, _)| (h.expire_at, h.fence));
+        let holders = Holders::from_sorted(kind, holds.iter().copied());
         holders.validate()?;
         Ok(holders)
     }
@@ -122,7 +137,7 @@ mod tests {
         let load = |kind, holds: &[(&[u8], u64)]| {
             Holders::from_stored(
                 kind,
-                holds.iter().map(|(t, f)| (t.to_vec(), hold(*f, 9))),
+                holds.iter().map(|(t, f)| (t.to_vec(), hold(*f, 9), None)),
                 9,
             )
             .map(|h| h.len())
@@ -158,7 +173,8 @@ mod tests {
         };
         assert_eq!(load(over, &[(b"a", 1)]), Err(HoldersError::BadLimit));
         let ending = |at: i64| {
-            Holders::from_stored(Kind::Shared, [(b"a".to_vec(), hold(1, at))], 100).map(|h| h.len())
+            Holders::from_stored(Kind::Shared, [(b"a".to_vec(), hold(1, at), None)], 100)
+                .map(|h| h.len())
         };
         assert_eq!(ending(100), Ok(1));
         assert_eq!(ending(0), Ok(1));
@@ -177,7 +193,7 @@ mod tests {
                 hold(100 + i, 1000 + (i as i64 % 7)),
             );
             let bytes = h.encoded();
-            let back = Holders::from_encoded(sem, h.len() as u64, &bytes, 2000).unwrap();
+            let back = Holders::from_encoded(sem, h.len() as u64, &bytes, false, 2000).unwrap();
             assert_eq!(back, h, "{i}");
             assert_eq!(back.is_compact(), h.len() <= COMPACT_MAX, "{i}");
             // The first holder alone ends with the key's TTL: no look.
@@ -188,10 +204,10 @@ mod tests {
             );
         }
         let one = |token: &[u8], fence: u64, at: i64| {
-            compact::encode_stored([(token, hold(fence, at))].into_iter())
+            compact::encode_stored([(token, hold(fence, at), None)].into_iter()).0
         };
         let load = |count: u64, bytes: &[u8]| {
-            Holders::from_encoded(sem, count, bytes, 2000).map(|h| h.len())
+            Holders::from_encoded(sem, count, bytes, false, 2000).map(|h| h.len())
         };
         let a = one(b"a", 5, 10);
         assert_eq!(load(1, &a), Ok(1));
@@ -234,7 +250,68 @@ mod tests {
             })
             .collect();
         assert_eq!(load(41, &full), Err(HoldersError::OverLimit));
-        let bad_limit = Holders::from_encoded(Kind::Semaphore { limit: 0 }, 1, &a, 2000);
+        let bad_limit = Holders::from_encoded(Kind::Semaphore { limit: 0 }, 1, &a, false, 2000);
         assert_eq!(bad_limit.map(|h| h.len()), Err(HoldersError::BadLimit));
+    }
+
+    #[test]
+    fn holds_with_data_are_stored_with_it_and_read_back_with_it() {
+        let sem = Kind::Semaphore { limit: 40 };
+        let mut h = Holders::new(sem);
+        for i in 0..30u64 {
+            let data = format!("d{i}").repeat(i as usize + 1);
+            let data = (i % 3 != 0).then_some(data.as_bytes());
+            h.insert_with_data(
+                format!("t{i}").as_bytes(),
+                hold(100 + i, 1000 + i as i64),
+                data,
+            );
+            assert!(h.has_data() == (i > 0), "{i}");
+            let bytes = h.encoded();
+            let back = Holders::from_encoded(sem, h.len() as u64, &bytes, h.has_data(), 2000);
+            assert_eq!(back.as_ref(), Ok(&h), "{i}");
+            // Read as holds without data, they do not read back as these.
+            if h.has_data() {
+                let plain = Holders::from_encoded(sem, h.len() as u64, &bytes, false, 2000);
+                assert_ne!(plain.as_ref(), Ok(&h), "{i}");
+            }
+            let stored = h
+                .entries()
+                .map(|(t, x, d)| (t.to_vec(), x, d.map(<[u8]>::to_vec)));
+            assert_eq!(Holders::from_stored(sem, stored, 2000).as_ref(), Ok(&h));
+        }
+        let one = |data: &[u8]| {
+            compact::encode_stored([(&b"a"[..], hold(5, 10), Some(data))].into_iter())
+        };
+        let load = |with_data: bool, bytes: &[u8]| {
+            Holders::from_encoded(sem, 1, bytes, with_data, 2000)
+                .map(|h| h.data_of(b"a").map(<[u8]>::to_vec))
+        };
+        let (a, flagged) = one(b"xyz");
+        assert!(flagged);
+        assert_eq!(load(true, &a), Ok(Some(b"xyz".to_vec())));
+        let (full, _) = one(&[7; MAX_DATA_LEN]);
+        assert_eq!(load(true, &full), Ok(Some(vec![7; MAX_DATA_LEN])));
+        let (over, _) = one(&[7; MAX_DATA_LEN + 1]);
+        assert_eq!(load(true, &over), Err(HoldersError::BadData));
+        // Written with data, and none has any: not what the module writes.
+        let (none, flagged) = compact::encode_stored([(&b"a"[..], hold(5, 10), None)].into_iter());
+        assert!(!flagged);
+        assert_eq!(
+            load(true, &[&none[..], &[0]].concat()),
+            Err(HoldersError::BadData)
+        );
+        assert_eq!(load(true, &none), Err(HoldersError::Malformed));
+        assert_eq!(load(true, &a[..a.len() - 1]), Err(HoldersError::Malformed));
+        assert_eq!(load(false, &a), Err(HoldersError::Malformed));
+        let stored = |d: &[u8]| [(b"a".to_vec(), hold(5, 10), Some(d.to_vec()))];
+        assert_eq!(
+            Holders::from_stored(sem, stored(b""), 2000).map(|h| h.len()),
+            Err(HoldersError::BadData)
+        );
+        assert_eq!(
+            Holders::from_stored(sem, stored(&[1; MAX_DATA_LEN + 1]), 2000).map(|h| h.len()),
+            Err(HoldersError::BadData)
+        );
     }
 }

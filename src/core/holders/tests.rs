@@ -47,7 +47,7 @@ fn extending_moves_the_lease_in_the_order() {
     assert_eq!(
         h.by_fence()
             .iter()
-            .map(|(_, x)| x.fence)
+            .map(|(_, x, _)| x.fence)
             .collect::<Vec<_>>(),
         [1, 2]
     );
@@ -199,6 +199,8 @@ fn both_forms_answer_alike() {
         let mut model_watch: Option<i64> = None;
         let mut compact = true;
         let mut fence = 1u64 << 45;
+        // Data on some holds, short enough not to move the thresholds in bytes.
+        let datas: Vec<Vec<u8>> = vec![b"a".to_vec(), vec![b'x'; 20], vec![7; 20]];
         let tokens: Vec<Vec<u8>> = (0..40)
             .map(|i| {
                 let len = if i % 5 == 0 {
@@ -216,15 +218,24 @@ fn both_forms_answer_alike() {
             match rng.gen_range(0..10) {
                 0..=3 => {
                     fence += rng.gen_range(1..3000);
-                    h.insert(token, hold(fence, at));
-                    model.insert(token, hold(fence, at));
+                    let data = data_for(&mut rng, &datas);
+                    h.insert_with_data(token, hold(fence, at), data);
+                    model.insert(token, hold(fence, at), data);
                 }
                 4 => assert_eq!(
                     h.set_expiry(token, at),
                     model.set_expiry(token, at),
                     "{what}"
                 ),
-                5 | 6 => assert_eq!(h.remove(token), model.remove(token), "{what}"),
+                5 => assert_eq!(h.remove(token), model.remove(token), "{what}"),
+                6 => {
+                    let data = data_for(&mut rng, &datas);
+                    assert_eq!(
+                        h.set_data(token, data),
+                        model.set_data(token, data),
+                        "{what}"
+                    );
+                }
                 7 => {
                     let now = at - 20;
                     loop {
@@ -263,13 +274,16 @@ fn both_forms_answer_alike() {
             assert_eq!(h.is_compact(), compact, "{what}: form at {}", model.len());
             assert_eq!(h.len(), model.len(), "{what}");
             assert_eq!(h.get(token), model.get(token), "{what}");
-            assert!(h.iter().eq(model.iter()), "{what}");
+            assert!(h.entries().eq(model.iter()), "{what}");
+            assert_eq!(h.data_of(token), model.data_of(token), "{what}");
+            let any = model.iter().any(|(_, _, d)| d.is_some());
+            assert_eq!(h.has_data(), any, "{what}");
             let first = model.earliest();
             let last = model.latest();
             assert_eq!((h.earliest(), h.latest()), (first, last), "{what}");
-            let top = model.iter().map(|(_, x)| x.fence).max().unwrap_or(0);
+            let top = model.iter().map(|(_, x, _)| x.fence).max().unwrap_or(0);
             assert_eq!(h.highest_fence(), top, "{what}");
-            let by_fence: Vec<_> = h.by_fence().into_iter().map(|(_, x)| x.fence).collect();
+            let by_fence: Vec<_> = h.by_fence().into_iter().map(|(_, x, _)| x.fence).collect();
             assert!(by_fence.windows(2).all(|w| w[0] < w[1]), "{what}");
             let copy = h.clone();
             assert_eq!(copy, h, "{what}");
@@ -280,11 +294,17 @@ fn both_forms_answer_alike() {
                     "{what}: a copy is not watched (and a set whose leases all end \
                      with the key's TTL needs no look)"
                 );
-                let back =
-                    Holders::from_encoded(kind, h.len() as u64, &h.encoded(), i64::MAX).unwrap();
+                let back = Holders::from_encoded(
+                    kind,
+                    h.len() as u64,
+                    &h.encoded(),
+                    h.has_data(),
+                    i64::MAX,
+                )
+                .unwrap();
                 assert_eq!(back, h, "{what}: stored and read back");
                 assert_eq!(
-                    h.encoded(),
+                    (h.encoded().to_vec(), h.has_data()),
                     compact::encode_stored(model.iter()),
                     "{what}: one stored form for both"
                 );
@@ -295,4 +315,92 @@ fn both_forms_answer_alike() {
         switches >= 20,
         "seed {seed}: the sets switched form {switches} times"
     );
+}
+
+/// Some data, or none (more often none: most sets have none).
+fn data_for<'a>(rng: &mut impl rand::Rng, datas: &'a [Vec<u8>]) -> Option<&'a [u8]> {
+    match rng.gen_range(0..6) {
+        i if i < datas.len() => Some(&datas[i]),
+        _ => None,
+    }
+}
+
+#[test]
+fn every_holder_keeps_its_data_across_the_switch_of_form_both_ways() {
+    let mut h = Holders::new(Kind::Shared);
+    let token = |i: usize| format!("holder-{i}").into_bytes();
+    let data = |i: usize| (i % 4 != 3).then(|| format!("data of {i}").into_bytes());
+    let check = |h: &Holders, n: usize| {
+        for i in 0..n {
+            assert_eq!(h.data_of(&token(i)), data(i).as_deref(), "{i} of {n}");
+        }
+        let listed: Vec<_> = h.by_fence().into_iter().map(|(_, _, d)| d).collect();
+        let want: Vec<_> = (0..n).map(data).collect();
+        assert_eq!(
+            listed,
+            want.iter().map(|d| d.as_deref()).collect::<Vec<_>>()
+        );
+    };
+    let n = 3 * COMPACT_MAX;
+    for i in 0..n {
+        h.insert_with_data(
+            &token(i),
+            hold(i as u64 + 1, 1000 + i as i64),
+            data(i).as_deref(),
+        );
+        assert_eq!(h.is_compact(), i < COMPACT_MAX, "{i}");
+        check(&h, i + 1);
+    }
+    assert!(h.has_data());
+    // Extending keeps the data; setting it replaces it; none clears it.
+    assert!(h.set_expiry(&token(0), 5000));
+    assert_eq!(h.data_of(&token(0)), data(0).as_deref());
+    assert!(h.set_data(&token(1), Some(b"new")));
+    assert_eq!(h.data_of(&token(1)), Some(&b"new"[..]));
+    assert!(h.set_data(&token(1), data(1).as_deref()));
+    assert!(!h.set_data(b"nobody", Some(b"x")));
+    // Back to the compact form: the leases end first to last, token 0 last.
+    while h.len() > COMPACT_AGAIN {
+        let (t, _) = h.pop_ended(i64::MAX - 1).unwrap();
+        assert!(h.get(&t).is_none());
+    }
+    assert!(h.is_compact());
+    let left: Vec<usize> = (n - COMPACT_AGAIN + 1..n).chain([0]).collect();
+    for &i in &left {
+        assert_eq!(h.data_of(&token(i)), data(i).as_deref(), "{i}");
+    }
+    // Once no holder has data, the set is written without any again.
+    for &i in &left {
+        h.set_data(&token(i), None);
+    }
+    assert!(!h.has_data());
+    let plain: Holders = {
+        let mut p = Holders::new(Kind::Shared);
+        for (t, x) in h.iter() {
+            p.insert(t, x);
+        }
+        p
+    };
+    assert_eq!(h, plain);
+    assert_eq!(h.heap_size(), plain.heap_size());
+}
+
+#[test]
+fn data_counts_in_memory_in_both_forms() {
+    let now = 1_780_000_000_000;
+    for n in [1, COMPACT_MAX + 1] {
+        let (mut plain, mut with) = (Holders::new(Kind::Shared), Holders::new(Kind::Shared));
+        for i in 0..n {
+            let t = [i as u8; 8];
+            plain.insert(&t, hold(i as u64 + 1, now));
+            with.insert_with_data(&t, hold(i as u64 + 1, now), Some(&[1; 1000]));
+        }
+        assert_eq!(plain.is_compact(), with.is_compact());
+        assert!(
+            with.heap_size() > plain.heap_size() + n * 900,
+            "{n}: {} vs {}",
+            with.heap_size(),
+            plain.heap_size()
+        );
+    }
 }

@@ -147,7 +147,7 @@ pub const ACQUIRE: Doc = Doc {
         Arg {
             token: Some(c"DATA"),
             optional: true,
-            summary: Some(c"public data kept with an exclusive hold, 1 to 4096 bytes, shown by LOCK.INFO"),
+            summary: Some(c"public data kept with the hold, 1 to 4096 bytes, shown by LOCK.INFO"),
             ..arg(
                 c"data",
                 raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING,

@@ -256,8 +256,16 @@ fn kind_args(kind: Kind) -> (&'static CStr, u64) {
     }
 }
 
-/// Propagates one holder's grant, re-grant or extend as its exact state.
-pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8], hold: Hold) {
+/// Propagates one holder's grant, re-grant or extend as its exact state,
+/// its public data included (`DATA data` last, when it has some).
+pub fn replicate_hold(
+    ctx: &Context,
+    key: &RedisString,
+    kind: Kind,
+    token: &[u8],
+    hold: Hold,
+    data: Option<&[u8]>,
+) {
     send_held_back(ctx);
     let (kind_name, limit) = kind_args(kind);
     // Numbers go as text formatted here, as in `replicate_grant`.
@@ -265,6 +273,34 @@ pub fn replicate_hold(ctx: &Context, key: &RedisString, kind: Kind, token: &[u8]
     let limit = numbers::decimal(limit, &mut limit_buf);
     let fence = numbers::decimal(hold.fence, &mut fence_buf);
     let at = numbers::decimal(hold.expire_at.max(0) as u64, &mut at_buf);
+    if let Some(data) = data {
+        // SAFETY: the format "scccbbbbcb" matches the key's Redis string,
+        // three C strings, four buffers each with its length, a C string and
+        // a buffer with its length.
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(
+                ctx.ctx,
+                HOLD.as_ptr(),
+                c"scccbbbbcb".as_ptr(),
+                key.inner,
+                HOLD_VERSION.as_ptr(),
+                c"GRANT".as_ptr(),
+                kind_name.as_ptr(),
+                limit.as_ptr().cast::<c_char>(),
+                limit.len(),
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                fence.as_ptr().cast::<c_char>(),
+                fence.len(),
+                at.as_ptr().cast::<c_char>(),
+                at.len(),
+                c"DATA".as_ptr(),
+                data.as_ptr().cast::<c_char>(),
+                data.len(),
+            )
+        };
+        return;
+    }
     // SAFETY: the format "scccbbbb" matches the key's Redis string, three C
     // strings and four buffers each with its length.
     unsafe {
@@ -314,7 +350,32 @@ pub fn emit_aof_holders(
     holders: &Holders,
 ) {
     let (kind_name, limit) = kind_args(holders.kind());
-    for (token, hold) in holders.iter() {
+    for (token, hold, data) in holders.entries() {
+        if let Some(data) = data {
+            // SAFETY: `aof` and `key` come from Redis's rewrite callback;
+            // the format matches as below, with a C string and a buffer
+            // with its length after them.
+            unsafe {
+                raw::RedisModule_EmitAOF.unwrap()(
+                    aof,
+                    HOLD.as_ptr(),
+                    c"slcclbllcb".as_ptr(),
+                    key,
+                    limits::HOLD_EFFECT_VERSION as i64,
+                    c"GRANT".as_ptr(),
+                    kind_name.as_ptr(),
+                    limit as i64,
+                    token.as_ptr().cast::<c_char>(),
+                    token.len(),
+                    hold.fence as i64,
+                    hold.expire_at,
+                    c"DATA".as_ptr(),
+                    data.as_ptr().cast::<c_char>(),
+                    data.len(),
+                )
+            };
+            continue;
+        }
         // SAFETY: `aof` and `key` come from Redis's rewrite callback; the
         // format matches as in `replicate_hold`.
         unsafe {
@@ -337,7 +398,9 @@ pub fn emit_aof_holders(
 }
 
 /// Feeds a key's holders into `DEBUG DIGEST-VALUE`: kind, limit, then each
-/// hold (token, fence, lease end) in lease order.
+/// hold (token, fence, lease end, and its public data if it has some: the
+/// digests of holds without data stay as earlier releases made them) in
+/// lease order.
 pub fn digest_holders(md: *mut raw::RedisModuleDigest, holders: &Holders) {
     let (code, limit) = match holders.kind() {
         Kind::Shared => (Mode::Shared, 0),
@@ -349,10 +412,17 @@ pub fn digest_holders(md: *mut raw::RedisModuleDigest, holders: &Holders) {
         raw::RedisModule_DigestAddLongLong.unwrap()(md, code.code() as i64);
         raw::RedisModule_DigestAddLongLong.unwrap()(md, limit);
         raw::RedisModule_DigestEndSequence.unwrap()(md);
-        for (token, hold) in holders.iter() {
+        for (token, hold, data) in holders.entries() {
             raw::RedisModule_DigestAddStringBuffer.unwrap()(md, token.as_ptr().cast(), token.len());
             raw::RedisModule_DigestAddLongLong.unwrap()(md, hold.fence as i64);
             raw::RedisModule_DigestAddLongLong.unwrap()(md, hold.expire_at);
+            if let Some(data) = data {
+                raw::RedisModule_DigestAddStringBuffer.unwrap()(
+                    md,
+                    data.as_ptr().cast(),
+                    data.len(),
+                );
+            }
             raw::RedisModule_DigestEndSequence.unwrap()(md);
         }
     }

@@ -68,8 +68,8 @@ pub struct Grant<'a> {
     pub now: i64,
     /// With `EPHEMERAL`: the connection the hold is bound to.
     pub bind_to: Option<u64>,
-    /// Public data kept with an exclusive hold (`DATA`); a re-grant
-    /// without it keeps the hold's.
+    /// Public data kept with the hold (`DATA`); a re-grant without it
+    /// keeps the hold's.
     pub data: Option<&'a [u8]>,
     /// The notification of a new grant: `lock.acquired` or `lock.handoff`.
     pub event: &'a CStr,
@@ -110,7 +110,7 @@ pub fn carry_out(
                     watch_expiry(ctx, name, expire_at);
                     None
                 }
-                _ => lockops::set_holder_expiry(ctx, name, key, token, expire_at),
+                _ => lockops::set_holder_expiry(ctx, name, key, token, expire_at, grant.data),
             };
             (fence, look)
         }
@@ -123,7 +123,8 @@ pub fn carry_out(
             Some(kind) => {
                 // A key with holders keeps its kind (the same, as decided).
                 let kind = key.holders().map_or(kind, Holders::kind);
-                lockops::grant_holder(ctx, name, key, kind, token, expire_at, grant.event)?
+                let data = grant.data;
+                lockops::grant_holder(ctx, name, key, kind, token, data, expire_at, grant.event)?
             }
         },
         _ => return Err(LockError::Internal),
@@ -170,7 +171,7 @@ pub fn extend(
     expire_at: i64,
 ) {
     if multi {
-        let look = lockops::set_holder_expiry(ctx, name, key, token, expire_at);
+        let look = lockops::set_holder_expiry(ctx, name, key, token, expire_at, None);
         watch_leases(ctx, name, look);
     } else {
         lockops::set_expiry(ctx, name, key, expire_at);
