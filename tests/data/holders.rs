@@ -306,3 +306,45 @@ fn many_holders_keep_each_one_s_data_as_the_set_grows_and_shrinks() {
     assert_eq!(holders_data(&mut c, "big"), Some(want));
     assert_eq!(observe(&mut c, "big").1, data(59));
 }
+
+/// `LOCK.ACQUIREALL … SHARED DATA`: every key's hold keeps the data, as one `LOCK.ACQUIRE` each
+/// would, and on the replica too.
+#[test]
+fn a_multi_key_shared_grant_keeps_its_data_on_every_key() {
+    let m = Server::start();
+    let r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    let grant_all = |c: &mut Connection, token: &str, data: &str| {
+        ok(
+            c,
+            &rcmd!(
+                "LOCK.ACQUIREALL",
+                2,
+                "ma",
+                "mb",
+                token,
+                "PX",
+                60_000,
+                "SHARED",
+                "DATA",
+                data
+            ),
+        )
+    };
+    grant_all(&mut c, "r1", "reader-1");
+    grant_all(&mut c, "r2", "reader-2");
+    let want: Listed = vec![
+        (b"r1".to_vec(), Some(b"reader-1".to_vec())),
+        (b"r2".to_vec(), Some(b"reader-2".to_vec())),
+    ];
+    wait_replica_caught_up(&m, &r);
+    let mut rc = r.conn();
+    for key in ["ma", "mb"] {
+        assert_eq!(holders_data(&mut c, key), Some(want.clone()), "{key}");
+        assert_eq!(
+            holders_data(&mut rc, key),
+            Some(want.clone()),
+            "{key} on the replica"
+        );
+    }
+}

@@ -134,10 +134,6 @@ mod tests {
                 LockError::LimitNotMulti,
             ),
             ("LOCK.ACQUIREALL 2 a b tok", LockError::MissingTtl),
-            (
-                "LOCK.ACQUIREALL 2 a b tok PX 5 SHARED DATA x",
-                LockError::DataNotExclusive,
-            ),
             ("LOCK.RELEASEALL 2 a b", LockError::Arity("lock.releaseall")),
             (
                 "LOCK.RELEASEALL 2 a b tok x",
