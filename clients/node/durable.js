@@ -5,12 +5,12 @@
 // timeout` (and `WAITAOF numlocal numreplicas timeout`) on the connection that carried the grant
 // or the renewal: both count the acknowledgements of that connection's latest write, and a
 // connection that wrote nothing is answered at once, so they must follow the write on its own
-// connection. index.js carries such a request out as one exchange on a connection of its own
-// (not the shared one: WAIT blocks it) and gives back { reply, results }. Decided here: the
-// follow-up command lines and their bounds, whether the results count as acknowledged, and the
-// errors. A grant not acknowledged is released and rejects with NotReplicatedError; a renewal
-// not acknowledged does not move the lease clock; extend() not acknowledged rejects with
-// NotReplicatedError and leaves the lease clock where it was.
+// connection. connections.js and acquire.js carry such a request out as one exchange on a
+// connection of its own (not the shared one: WAIT blocks it) and give back { reply, results }.
+// Decided here: the follow-up command lines and their bounds, whether the results count as
+// acknowledged, and the errors. A grant not acknowledged is released and rejects with
+// NotReplicatedError; a renewal not acknowledged does not move the lease clock; extend() not
+// acknowledged rejects with NotReplicatedError and leaves the lease clock where it was.
 "use strict";
 
 const { UnsupportedError, NotReplicatedError } = require("./errors");

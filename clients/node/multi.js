@@ -1,7 +1,7 @@
 // Locks on several resources at once: locker.acquire([names], ttlMs, opts), tryAcquire([names], …)
 // and using([names], …) (see index.d.ts and docs/clients.md). Every key is granted to one token in
 // one atomic step (LOCK.ACQUIREALL), or none is; waiting is in the server, first come first served
-// on each key. The hold (`MultiHold`) is a `Hold` of index.js over the whole set: one token, one
+// on each key. The hold (`MultiHold`) is a `Hold` of hold.js over the whole set: one token, one
 // fence per key, one lease clock. Its renewal extends each key in turn (one LOCK.EXTEND per key,
 // on the locker's own connections, with WAIT after each for `replicas`); the lease clock moves only
 // when every key's extension was answered 1 (and acknowledged), and a key found gone signals the
@@ -57,7 +57,7 @@ function parseGrants(reply, names) {
   return { token: str(reply[0]), fences: reply[1].map((f) => BigInt(str(f))) };
 }
 
-/** The multi-resource hold class, made on the locker module's Hold (index.js calls this once). */
+/** The multi-resource hold class, made on hold.js's Hold (tools.js calls this once). */
 function makeMultiHold(tools) {
   const { Hold, now, str, positiveMs, translate } = tools;
 
