@@ -1,7 +1,8 @@
 //! A multi-key request waiting through server states, and what its grant leaves behind: a
 //! client pause holds the grant back, then all keys are handed on in one `MULTI`/`EXEC` that the
 //! replica and an AOF restart replay exactly; a demotion answers the request and grants nothing;
-//! observers of each key are woken; an `EPHEMERAL` multi-key hold goes with its connection.
+//! observers of each key are woken; an `EPHEMERAL` multi-key hold goes with its connection; too
+//! few replicas hold every key back, then grant them together.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -221,4 +222,45 @@ fn a_reload_keeps_the_request_and_the_lease_end_hands_it_on() {
     let fences = fences_of(&w);
     assert!(fences.iter().all(|&f| f > f0), "{fences:?}");
     assert_eq!(holder(&mut c, "l2"), Some(b"multi".to_vec()));
+}
+
+/// Too few replicas (`min-replicas-to-write`): the lease that ends is not handed on, and no key
+/// of the waiting request is taken meanwhile; once writes are allowed again every key is granted
+/// at once.
+#[test]
+fn unmet_min_replicas_hold_back_every_key_then_grant_them_together() {
+    let m = Server::builder()
+        .set("min-replicas-to-write", "1")
+        .set("min-replicas-max-lag", "10")
+        .start();
+    let mut r = Server::start_replica_of(&m);
+    let mut c = m.conn();
+    grant(&mut c, "b", b"holder", 2_000);
+    let w = spawn_all(&m, &["a", "b", "c"], "multi", 60_000, 0, &[]);
+    wait_waiters(&mut c, "b", 1);
+    r.stop(Stop::Kill);
+    m.wait_info("replication", "min_slaves_good_slaves", "0");
+    // Until well past the lease: the grant is a write, and writes need a replica.
+    let left = info_some(&mut c, "b").ttl.max(0) as u64;
+    assert!(
+        w.recv_within(Duration::from_millis(left + 300)).is_none(),
+        "granted without a replica"
+    );
+    for key in ["a", "c"] {
+        assert_eq!(info(&mut c, key), None, "{key} taken in part");
+    }
+    ok(
+        &mut c,
+        &rcmd!("CONFIG", "SET", "min-replicas-to-write", "0"),
+    );
+    let fences = fences_of(&w);
+    assert_eq!(fences.len(), 3);
+    for (key, fence) in ["a", "b", "c"].iter().zip(&fences) {
+        let i = info_some(&mut c, key);
+        assert_eq!(
+            (i.token.as_slice(), i.fence),
+            (&b"multi"[..], *fence),
+            "{key}"
+        );
+    }
 }
