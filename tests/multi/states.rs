@@ -2,7 +2,8 @@
 //! client pause holds the grant back, then all keys are handed on in one `MULTI`/`EXEC` that the
 //! replica and an AOF restart replay exactly; a demotion answers the request and grants nothing;
 //! observers of each key are woken; an `EPHEMERAL` multi-key hold goes with its connection; too
-//! few replicas hold every key back, then grant them together.
+//! few replicas hold every key back, then grant them together; a `SWAPDB` that frees the keys
+//! grants them.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
@@ -263,4 +264,24 @@ fn unmet_min_replicas_hold_back_every_key_then_grant_them_together() {
             "{key}"
         );
     }
+}
+
+/// `SWAPDB` raises no key events: a multi-key request in db 0, behind a hold the swap takes to
+/// db 1, is granted every key all the same, and the hold stays whole in db 1.
+#[test]
+fn a_swapdb_that_frees_the_keys_grants_the_waiting_request() {
+    let s = Server::start();
+    let mut c = s.conn();
+    grant(&mut c, "b", b"holder", 60_000);
+    let w = spawn_all(&s, &["a", "b"], "multi", 60_000, 10_000, &[]);
+    wait_waiters(&mut c, "b", 1);
+    ok(&mut c, &rcmd!("SWAPDB", 0, 1));
+    let fences = fences_of(&w);
+    assert_eq!(fences.len(), 2);
+    for key in ["a", "b"] {
+        assert_eq!(info_some(&mut c, key).token, b"multi", "{key} in db 0");
+    }
+    ok(&mut c, &rcmd!("SELECT", 1));
+    assert_eq!(info_some(&mut c, "b").token, b"holder");
+    assert_eq!(info(&mut c, "a"), None);
 }
