@@ -279,9 +279,10 @@ pub fn replay_grant(
     lock: LockRef<'_>,
     expire_at: Option<i64>,
 ) -> Result<(), LockError> {
-    if let Held::Multi(_) = held(&key)? {
-        return Err(LockKind::ReadWrite.mismatch());
-    }
+    // A shared lock or semaphore here is replaced, as the master replaced it: the master grants
+    // an exclusive lock over one only once all its holds have ended, and a holder set whose
+    // leases ran out before its timer ended them leaves no effect of its own behind.
+    held(&key)?;
     if !key.set_lock(lock) {
         return Err(LockError::Internal);
     }
