@@ -303,6 +303,9 @@ pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Resul
     let current_kind = match held(&key)? {
         Held::Free => None,
         Held::Multi(h) => Some(h.kind()),
+        // An exclusive lock here is replaced by a grant, as the master replaced it: its lease
+        // ran out (the key's expiry not yet propagated) before the master granted this hold.
+        Held::Exclusive(_) if matches!(effect, HoldEffect::Grant { .. }) => None,
         Held::Exclusive(_) => return Err(LockKind::ReadWrite.mismatch()),
     };
     match effect {
