@@ -723,3 +723,72 @@ fn config_set_max_block_caps_waits_at_run_time() {
     assert_eq!(release(&mut c, "mb", b"holder"), 1);
     assert_eq!(w.granted().0, b"w");
 }
+
+/// A release handing an exclusive lock to the next exclusive waiter rewrites the key where it
+/// stands: each new holder has its own token (of any length), data, lease and a higher fence,
+/// as a grant of a free key would give it, here, on the replica and after a restart from the
+/// AOF.
+#[test]
+fn handoffs_in_place_carry_each_waiter_s_own_token_data_and_lease() {
+    let mut s = Server::builder().set("appendonly", "yes").start();
+    let r = Server::start_replica_of(&s);
+    let mut c = s.conn();
+    let long = "L".repeat(300);
+    // (token, lease, DATA)
+    let chain: [(&str, i64, Option<&str>); 4] = [
+        ("a", 5_000, Some("first data")),
+        (&long, 40_000, None),
+        ("bb", 20_000, Some("x")),
+        ("c", 7_000, None),
+    ];
+    let (_, mut fence) = grant(&mut c, "chain", b"holder", 60_000);
+    let waiters: Vec<Waiter> = chain
+        .iter()
+        .enumerate()
+        .map(|(i, (token, px, data))| {
+            let options: Vec<&str> = data.map(|d| vec!["DATA", d]).unwrap_or_default();
+            let w = spawn_waiter_with(&s, "chain", token, *px, 30_000, &options);
+            wait_waiters(&mut c, "chain", i as i64 + 1);
+            w
+        })
+        .collect();
+    let mut holder = b"holder".to_vec();
+    for (i, ((token, px, data), w)) in chain.iter().zip(&waiters).enumerate() {
+        assert_eq!(release(&mut c, "chain", &holder), 1);
+        let (got, got_fence) = w.granted();
+        assert_eq!(got, token.as_bytes());
+        assert!(got_fence > fence, "fence {got_fence} after {fence}");
+        fence = got_fence;
+        let shown = info_some(&mut c, "chain");
+        assert_eq!(
+            (shown.token.as_slice(), shown.fence, shown.waiters),
+            (token.as_bytes(), fence, (chain.len() - i - 1) as i64)
+        );
+        let ttl = pttl(&mut c, "chain");
+        assert!(
+            ttl <= *px && ttl > px - 3_000,
+            "{token}: PTTL {ttl} of {px}"
+        );
+        let pairs = field_pairs(&ok(&mut c, &rcmd!("LOCK.INFO", "chain")));
+        let shown_data = pairs
+            .iter()
+            .find(|(k, _)| k == b"data")
+            .map(|(_, v)| as_bytes(v));
+        assert_eq!(
+            shown_data.as_deref(),
+            data.map(str::as_bytes),
+            "{token}'s data"
+        );
+        holder = got;
+    }
+    wait_replica_caught_up(&s, &r);
+    let value = rcmd!("DEBUG", "DIGEST-VALUE", "chain");
+    assert_eq!(ok(&mut r.conn(), &value), ok(&mut c, &value), "the replica");
+    let digest = ok(&mut c, &rcmd!("DEBUG", "DIGEST"));
+    s.kill9_and_restart();
+    assert_eq!(
+        ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST")),
+        digest,
+        "the AOF"
+    );
+}

@@ -63,8 +63,14 @@ pub fn note_config_change() {
 /// Before a fence is issued, in Cluster: raises the fence epoch to this
 /// node's config epoch, read once after each change.
 pub fn follow_config_epoch(ctx: &Context) {
-    if CONFIG_CHANGED.load(Ordering::Relaxed) && ctx.get_flags().contains(ContextFlags::CLUSTER) {
+    if !CONFIG_CHANGED.load(Ordering::Relaxed) {
+        return;
+    }
+    if ctx.get_flags().contains(ContextFlags::CLUSTER) {
         read_epochs(ctx);
+    } else {
+        // Outside Cluster there is no config epoch to follow.
+        CONFIG_CHANGED.store(false, Ordering::Relaxed);
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::ptr::NonNull;
 
-use redis_module::{raw, Context, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
 
 use crate::core::errors::LockError;
 
@@ -17,6 +17,8 @@ pub struct Call<'a> {
     /// The arguments, `argv[0]` being the command name.
     pub argv: &'a [&'a [u8]],
     raw: &'a [*mut raw::RedisModuleString],
+    /// The context's flags, read once for the command.
+    pub flags: ContextFlags,
 }
 
 impl<'a> Call<'a> {
@@ -26,7 +28,12 @@ impl<'a> Call<'a> {
         argv: &'a [&'a [u8]],
         raw: &'a [*mut raw::RedisModuleString],
     ) -> Call<'a> {
-        Call { ctx, argv, raw }
+        Call {
+            ctx,
+            argv,
+            raw,
+            flags: ctx.get_flags(),
+        }
     }
 
     /// The key argument (`argv[1]`) as a Redis string. Every command that

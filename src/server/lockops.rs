@@ -74,6 +74,13 @@ fn store_grant(
     Ok(())
 }
 
+/// Propagates and notifies a handoff written in place (`LockKey::replace_lock`):
+/// the grant's effect replaces the lock on a replica as it did here.
+pub fn propagate_handoff(ctx: &Context, name: &RedisString, lock: LockRef<'_>, expire_at: i64) {
+    ffi::replicate_grant(ctx, name, lock, expire_at);
+    ffi::notify(ctx, c"lock.handoff", name);
+}
+
 /// Moves the expiry of the held lock `name` (re-grant, extend).
 pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at: i64) {
     key.set_expire_at(expire_at);

@@ -100,21 +100,32 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         self.queues.is_empty()
     }
 
-    /// Adds a waiter at the back of its lock's queue.
-    /// An id still known (granted or refused but not yet answered) is
-    /// replaced.
-    pub fn enqueue(&mut self, id: I, lock: K, request: R) {
-        self.enqueue_all(id, lock, Vec::new(), request);
+    /// Adds a waiter at the back of its lock's queue; whether it is the
+    /// lock's only waiter. An id still known (granted or refused but not
+    /// yet answered) is replaced.
+    pub fn enqueue(&mut self, id: I, lock: K, request: R) -> bool {
+        self.enqueue_all(id, lock, Vec::new(), request)
     }
 
     /// Adds a waiter at the back of the queue of `lock` and of each of
-    /// `also` (distinct locks), with one arrival number for all.
-    pub fn enqueue_all(&mut self, id: I, lock: K, also: Vec<K>, request: R) {
+    /// `also` (distinct locks), with one arrival number for all; whether
+    /// nobody else waited for any of them.
+    pub fn enqueue_all(&mut self, id: I, lock: K, also: Vec<K>, request: R) -> bool {
         self.remove(id);
         self.next_seq += 1;
         let seq = self.next_seq;
+        let mut alone = true;
         for k in std::iter::once(&lock).chain(&also) {
-            self.queues.entry(k.clone()).or_default().insert(seq, id);
+            // A lock's name is copied only for its first waiter.
+            match self.queues.get_mut(k) {
+                Some(queue) => {
+                    alone &= queue.is_empty();
+                    queue.insert(seq, id);
+                }
+                None => {
+                    self.queues.entry(k.clone()).or_default().insert(seq, id);
+                }
+            };
         }
         self.queued += 1;
         self.waiters.insert(
@@ -127,6 +138,7 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
                 stage: Stage::Waiting,
             },
         );
+        alone
     }
 
     /// Number of clients waiting for `lock`.
@@ -170,8 +182,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
             return false;
         }
         waiter.stage = stage;
-        let (seq, locks) = (waiter.seq, waiter.locks().cloned().collect::<Vec<_>>());
-        self.unqueue(seq, &locks);
+        let was_queued = unqueue(&mut self.queues, waiter.seq, waiter.locks());
+        self.queued -= usize::from(was_queued);
         true
     }
 
@@ -214,8 +226,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
         let waiter = self.waiters.remove(&id)?;
         if waiter.stage == Stage::Waiting {
-            let locks: Vec<K> = waiter.locks().cloned().collect();
-            self.unqueue(waiter.seq, &locks);
+            let was_queued = unqueue(&mut self.queues, waiter.seq, waiter.locks());
+            self.queued -= usize::from(was_queued);
         }
         // A burst of waiters grows the maps; once it is served, their room
         // goes back to the allocator as the server's own clients' does.
@@ -242,30 +254,43 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
         self.queued
     }
 
-    /// Takes a waiter out of the queues of `locks`, all of its locks.
-    fn unqueue(&mut self, seq: u64, locks: &[K]) {
-        let mut was_queued = false;
-        for lock in locks {
-            was_queued |= self.drop_entry(seq, lock);
-        }
-        if was_queued {
-            self.queued -= 1;
-        }
-    }
-
     /// Takes the entry `seq` out of the queue of `lock`; whether it was
     /// there.
     fn drop_entry(&mut self, seq: u64, lock: &K) -> bool {
-        let Some(queue) = self.queues.get_mut(lock) else {
-            return false;
-        };
-        let removed = queue.remove(&seq).is_some();
-        if queue.is_empty() {
-            self.queues.remove(lock);
-            give_back_room(&mut self.queues);
-        }
-        removed
+        drop_entry(&mut self.queues, seq, lock)
     }
+}
+
+/// Takes a waiter out of the queues of `locks`, all of its locks; whether
+/// it stood in any (it counted as queued).
+fn unqueue<'a, I, K: Hash + Eq + 'a>(
+    queues: &mut HashMap<K, BTreeMap<u64, I>>,
+    seq: u64,
+    locks: impl Iterator<Item = &'a K>,
+) -> bool {
+    let mut was_queued = false;
+    for lock in locks {
+        was_queued |= drop_entry(queues, seq, lock);
+    }
+    was_queued
+}
+
+/// Takes the entry `seq` out of the queue of `lock`, and the queue once it
+/// is empty; whether the entry was there.
+fn drop_entry<I, K: Hash + Eq>(
+    queues: &mut HashMap<K, BTreeMap<u64, I>>,
+    seq: u64,
+    lock: &K,
+) -> bool {
+    let Some(queue) = queues.get_mut(lock) else {
+        return false;
+    };
+    let removed = queue.remove(&seq).is_some();
+    if queue.is_empty() {
+        queues.remove(lock);
+        give_back_room(queues);
+    }
+    removed
 }
 
 /// Hashes waiter ids. The server picks them (the address of a blocked

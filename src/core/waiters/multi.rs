@@ -20,6 +20,8 @@
 
 use std::hash::Hash;
 
+use std::collections::BTreeMap;
+
 use super::{Stage, Waiters};
 
 /// The first waiter of a lock, as far as whose turn it is goes.
@@ -40,7 +42,19 @@ pub enum Head<I> {
 impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
     /// The first waiter of `lock`, and whether it may be served now.
     pub fn head_of(&self, lock: &K) -> Head<I> {
-        let Some((_, &id)) = self.queues.get(lock).and_then(|q| q.first_key_value()) else {
+        self.head_and_count(lock).0
+    }
+
+    /// `head_of` and the number of waiters of `lock`, in one look-up.
+    pub fn head_and_count(&self, lock: &K) -> (Head<I>, usize) {
+        let Some(queue) = self.queues.get(lock) else {
+            return (Head::Empty, 0);
+        };
+        (self.head_in(queue), queue.len())
+    }
+
+    fn head_in(&self, queue: &BTreeMap<u64, I>) -> Head<I> {
+        let Some((_, &id)) = queue.first_key_value() else {
             return Head::Empty;
         };
         let Some(waiter) = self.waiters.get(&id) else {

@@ -7,9 +7,8 @@ use redis_module::{raw, Context};
 
 /// Whether the current command may block its client (not in MULTI, a
 /// script, or a command called from a module).
-pub fn may_block(ctx: &Context) -> bool {
+pub fn may_block(flags: &redis_module::ContextFlags) -> bool {
     use redis_module::ContextFlags;
-    let flags = ctx.get_flags();
     !(flags.contains(ContextFlags::MULTI)
         || flags.contains(ContextFlags::LUA)
         || flags.contains(ContextFlags::DENY_BLOCKING))

@@ -129,6 +129,40 @@ impl LockKey {
         self.set_record(Record::new_multi(holders))
     }
 
+    /// Replaces the lock the key holds with `lock`, in place: the key,
+    /// its expiry and its place in the keyspace stay (a handoff), and Redis
+    /// raises no unlink for it. The key must be open for writing and hold
+    /// one of our records.
+    #[must_use]
+    pub fn replace_lock(&mut self, lock: LockRef<'_>) -> bool {
+        if self.kind() != KeyKind::Lock {
+            return false;
+        }
+        let value = Record::new(lock).into_raw();
+        let mut old = std::ptr::null_mut();
+        // SAFETY: the key is open for writing and holds a value of our type;
+        // Redis takes ownership of the new record and hands the old one back
+        // to us, without calling the type's free callback for it.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeReplaceValue.unwrap()(
+                self.raw(),
+                LOCK_TYPE.load(Relaxed),
+                value,
+                &mut old,
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            // SAFETY: Redis refused the value, so it is still ours to free.
+            drop(unsafe { Record::from_raw(value) });
+            return false;
+        }
+        if !old.is_null() {
+            // SAFETY: the old value was one of our records, now ours again.
+            drop(unsafe { Record::from_raw(old) });
+        }
+        true
+    }
+
     fn set_record(&mut self, record: Record) -> bool {
         let key = self.raw();
         if key.is_null() {

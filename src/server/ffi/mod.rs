@@ -45,9 +45,8 @@ pub fn from_master_or_aof(ctx: &Context) -> bool {
 
 /// Whether the server is loading its data (startup, AOF replay, a full
 /// sync, `DEBUG RELOAD`).
-pub fn loading(ctx: &Context) -> bool {
+pub fn loading(flags: &redis_module::ContextFlags) -> bool {
     use redis_module::ContextFlags;
-    let flags = ctx.get_flags();
     flags.contains(ContextFlags::LOADING) || flags.contains(ContextFlags::ASYNC_LOADING)
 }
 

@@ -129,17 +129,23 @@ pub fn carry_out(
         },
         _ => return Err(LockError::Internal),
     };
-    match grant.bind_to {
-        Some(client) => ephemeral::bind(ffi::lock_id(ctx, name), client, token, fence),
-        None if ephemeral::any() => ephemeral::unbind_holder(&ffi::lock_id(ctx, name), token),
-        None => {}
-    }
+    bind_grant(ctx, name, grant, fence);
     watch_leases(ctx, name, look);
     match decision {
         Decision::Grant => observed::changed(ctx, name),
         _ => observed::watch_end(ctx, name, Some(expire_at)),
     }
     Ok(fence)
+}
+
+/// A grant's hold bound to its connection (`EPHEMERAL`), or no longer
+/// bound (a re-grant without it).
+fn bind_grant(ctx: &Context, name: &RedisString, grant: &Grant, fence: u64) {
+    match grant.bind_to {
+        Some(client) => ephemeral::bind(ffi::lock_id(ctx, name), client, grant.token, fence),
+        None if ephemeral::any() => ephemeral::unbind_holder(&ffi::lock_id(ctx, name), grant.token),
+        None => {}
+    }
 }
 
 /// Releases `token`'s hold of the open key `name` (`multi`: a holder of a
@@ -152,6 +158,15 @@ pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], mu
             false => ephemeral::unbind(&id),
         }
     }
+    // The common handoff: an exclusive lock to the next exclusive waiter,
+    // the key rewritten where it is.
+    let key = match multi {
+        true => key,
+        false => match hand_on(ctx, name, key) {
+            None => return,
+            Some(key) => key,
+        },
+    };
     let _send = ffi::SendHeldBack(ctx);
     keyspace::then_caller_serves(|| match multi {
         true => lockops::end_hold(ctx, name, key, token),

@@ -6,15 +6,15 @@
 
 use redis_module::{Context, RedisString};
 
-use crate::core::grant::{self, Decision};
-use crate::core::lock;
+use crate::core::grant::{self, Decision, Occupancy, Want};
+use crate::core::lock::{self, LockRef};
 use crate::core::waiters::{Head, Refusal};
 use crate::server::ffi::{self, BlockedId, KeyKind, LockId, LockKey};
 use crate::server::held;
 use crate::server::scheduler::{self, Job};
-use crate::server::{cluster, stats, waiting};
+use crate::server::{cluster, ephemeral, lockops, state, stats, waiting};
 
-use super::{carry_out, end_leases, release_orphans_of_id, serve_all, Grant};
+use super::{bind_grant, carry_out, end_leases, observed, release_orphans_of_id, serve_all, Grant};
 
 /// Grants `name` (in the context's database) to the waiters at the head of
 /// its queue that fit now, in order: the first waiter, then each following
@@ -86,6 +86,61 @@ pub fn serve(ctx: &Context, name: &RedisString) {
             scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
         }
     }
+}
+
+/// Hands the exclusive lock `name` (open as `key`), which its holder is
+/// releasing, to the first waiter if that waiter takes it alone and
+/// exclusively: the key's value is replaced where it is (no delete and
+/// create, one effect propagated), and the notifications, replication and
+/// bookkeeping are those of a release followed by a handoff. Returns the
+/// key untouched when the waiters are to be served the general way.
+pub fn hand_on(ctx: &Context, name: &RedisString, mut key: LockKey) -> Option<LockKey> {
+    if waiting::is_empty() || ephemeral::orphans() > 0 {
+        return Some(key);
+    }
+    let id = ffi::lock_id(ctx, name);
+    let Some((handle, request, waiters)) = waiting::head_single(&id) else {
+        return Some(key);
+    };
+    // Exclusive: nobody behind it is granted with it.
+    let free = grant::decide(Occupancy::Free, request.want, None);
+    if request.want != Want::Exclusive || free != Decision::Grant {
+        return Some(key);
+    }
+    let now = ffi::now_ms();
+    let Some(expire_at) = lock::expiry_at(now, request.ttl_ms) else {
+        return Some(key);
+    };
+    cluster::follow_config_epoch(ctx);
+    // Exhausted fences: the general way releases the lock and grants nobody.
+    let Some(fence) = state::with_clock(|c| c.next_fence(now)) else {
+        return Some(key);
+    };
+    let lock = LockRef::new(&request.token, fence).with_data(request.data.as_deref());
+    if !key.replace_lock(lock) {
+        return Some(key);
+    }
+    key.set_expire_at(expire_at);
+    drop(key);
+    ffi::notify(ctx, c"lock.released", name);
+    lockops::propagate_handoff(ctx, name, lock, expire_at);
+    let grant = Grant {
+        token: &request.token,
+        want: request.want,
+        expire_at,
+        now,
+        bind_to: request.bind_to,
+        data: request.data.as_deref(),
+        event: c"lock.handoff",
+    };
+    bind_grant(ctx, name, &grant, fence);
+    observed::changed(ctx, name);
+    stats::HANDOFFS.bump();
+    waiting::granted(handle, fence);
+    if waiters > 1 {
+        scheduler::at(ctx, Job::Serve(id), expire_at.saturating_add(1));
+    }
+    None
 }
 
 /// Carries out the plan's decision for one waiter.

@@ -148,7 +148,15 @@ pub fn at(ctx: &Context, job: Job, at_ms: i64) {
         Job::Look(id) => looks(|s| s.set_earlier(id, at_ms)),
         job => writes(|s| s.set_earlier(job, at_ms)),
     };
-    rearm(ctx);
+    // A timer that fires by then covers the new job: it re-arms for what
+    // is left when it runs.
+    let covered = ARMED
+        .with(Cell::get)
+        .is_some_and(|(fires, _)| fires <= at_ms)
+        || WAKE_AT.with(Cell::get).is_some_and(|wake| wake <= at_ms);
+    if !covered {
+        rearm(ctx);
+    }
 }
 
 /// Runs `job` in the next pass of the event loop.

@@ -15,12 +15,13 @@
 
 use std::cell::RefCell;
 use std::ffi::c_int;
+use std::rc::Rc;
 
 use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
 use crate::core::grant::Want;
-use crate::core::waiters::{Refusal, Stage, Waiter, Waiters};
+use crate::core::waiters::{Head, Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
 use crate::server::{catch_panic, reply, state, stats};
@@ -30,17 +31,18 @@ mod multi;
 use multi::serve_locks_of;
 pub use multi::*;
 
-/// What a waiter asked for.
+/// What a waiter asked for. Shared, not copied, when the lock layer reads
+/// it to grant it.
 #[derive(Clone)]
 pub struct Request {
-    pub token: Vec<u8>,
+    pub token: Rc<[u8]>,
     pub ttl_ms: u64,
     /// Exclusive, shared, or a semaphore place.
     pub want: Want,
     /// With `EPHEMERAL`: the waiting connection, which the grant is bound to.
     pub bind_to: Option<u64>,
     /// Public data for the hold (`DATA`).
-    pub data: Option<Box<[u8]>>,
+    pub data: Option<Rc<[u8]>>,
 }
 
 impl Request {
@@ -52,11 +54,11 @@ impl Request {
         data: Option<&[u8]>,
     ) -> Request {
         Request {
-            token: token.to_vec(),
+            token: Rc::from(token),
             ttl_ms,
             want,
             bind_to,
-            data: data.map(Box::from),
+            data: data.map(Rc::from),
         }
     }
 }
@@ -118,8 +120,14 @@ pub fn total() -> usize {
 /// Forgets a waiter that was answered or left, with its deadline; and the
 /// lock's pending look-again once nobody waits for it.
 fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
-    scheduler::cancel(&Job::Deadline(handle));
-    let waiter = with(|w| w.remove(handle))?;
+    let Some(waiter) = with(|w| w.remove(handle)) else {
+        scheduler::cancel(&Job::Deadline(handle));
+        return None;
+    };
+    // A wait that was granted or refused lost its deadline then.
+    if waiter.stage == Stage::Waiting {
+        scheduler::cancel(&Job::Deadline(handle));
+    }
     for lock in waiter.locks() {
         if with(|w| w.count(lock)) == 0 {
             scheduler::cancel(&Job::Serve(lock.clone()));
@@ -136,8 +144,9 @@ fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
 }
 
 /// Blocks the calling client until it is granted `name` or `timeout_ms`
-/// passes (0: no limit). `held_until` is when the key's holds may next
-/// change by themselves (the holder's expiry, the first lease to end).
+/// passes (0: no limit). `held_until` tells when the key's holds may next
+/// change by themselves (the holder's expiry, the first lease to end); it
+/// is asked only if the client is the lock's first waiter.
 ///
 /// The deadline is the module's own, not Redis's blocked-client timeout: on
 /// Redis 7.0 a client whose timeout is processed in the same event-loop
@@ -151,7 +160,7 @@ pub fn block(
     name: &RedisString,
     request: Request,
     timeout_ms: u64,
-    held_until: Option<i64>,
+    held_until: impl FnOnce() -> Option<i64>,
 ) -> bool {
     let id = ffi::lock_id(ctx, name);
     let Some(client) = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect) else {
@@ -164,9 +173,11 @@ pub fn block(
         fences: Vec::new(),
         all: false,
     };
-    with(|w| w.enqueue(handle, id.clone(), wait));
+    let first = with(|w| w.enqueue(handle, id.clone(), wait));
     stats::WAITS.bump();
-    if let Some(at) = held_until {
+    // While a lock has waiters, a look at it is due by the time its holds
+    // next change (set by the first, kept by every handoff and pass).
+    if let Some(at) = first.then(held_until).flatten() {
         scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
     }
     if timeout_ms > 0 {
@@ -223,6 +234,20 @@ pub fn plan<D>(
             &x.asked
         }));
         handles.into_iter().zip(decisions).collect()
+    })
+}
+
+/// The first waiter of `id` and what it asked for, if it waits for this
+/// lock alone, and how many wait for the lock (it included).
+pub fn head_single(id: &LockId) -> Option<(BlockedId, Request, usize)> {
+    with(|w| {
+        let (head, count) = w.head_and_count(id);
+        match head {
+            Head::Single(handle) => w
+                .get(handle)
+                .map(|x| (handle, x.request.asked.clone(), count)),
+            _ => None,
+        }
     })
 }
 
@@ -353,14 +378,14 @@ unsafe extern "C" fn on_disconnect(
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
             Stage::Granted { fence } if !w.is_multi() => {
-                let grant = (w.lock, w.request.asked.token, fence);
+                let grant = (w.lock, w.request.asked.token.to_vec(), fence);
                 scheduler::soon(&ctx, Job::Revoke(Box::new(grant)));
             }
             // Every key of a multi-key grant is given back.
             Stage::Granted { .. } => {
                 let locks: Vec<LockId> = w.locks().cloned().collect();
                 for (lock, fence) in locks.into_iter().zip(w.request.fences.iter()) {
-                    let grant = (lock, w.request.asked.token.clone(), *fence);
+                    let grant = (lock, w.request.asked.token.to_vec(), *fence);
                     scheduler::soon(&ctx, Job::Revoke(Box::new(grant)));
                 }
             }
