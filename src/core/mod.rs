@@ -5,6 +5,7 @@
 pub mod args;
 pub mod bindings;
 pub mod budget;
+pub mod deadlines;
 pub mod effects;
 pub mod errors;
 pub mod fence;

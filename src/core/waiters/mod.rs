@@ -326,7 +326,7 @@ impl Hasher for IdHasher {
 /// Shrinks `map` once it uses under a quarter of its room, to twice its
 /// size: each shrink follows at least as many removals as it moves
 /// entries, so the cost per removal stays constant.
-pub(super) fn give_back_room<A: Hash + Eq, B, S: std::hash::BuildHasher>(
+pub(crate) fn give_back_room<A: Hash + Eq, B, S: std::hash::BuildHasher>(
     map: &mut HashMap<A, B, S>,
 ) {
     const SMALL: usize = 64;

@@ -32,6 +32,7 @@ use std::ffi::{c_int, c_void};
 use redis_module::{raw, Context};
 
 use crate::core::budget::Budget;
+use crate::core::deadlines::Deadlines;
 use crate::core::schedule::Schedule;
 use crate::core::swapdb;
 use crate::server::ffi::{self, BlockedId, LockId, TimerId};
@@ -106,7 +107,7 @@ thread_local! {
     static WRITES: RefCell<Schedule<Job>> = RefCell::new(Schedule::default());
     /// Waiters' deadlines: answering nil writes nothing, so they run in
     /// any state.
-    static DEADLINES: RefCell<Schedule<BlockedId>> = RefCell::new(Schedule::default());
+    static DEADLINES: RefCell<Deadlines<BlockedId>> = RefCell::new(Deadlines::default());
     /// Looks at locks that observers watch: reads, run in any state.
     static LOOKS: RefCell<Schedule<LockId>> = RefCell::new(Schedule::default());
     /// The one Redis timer: when it fires, and its id.
@@ -133,7 +134,7 @@ fn writes<R>(f: impl FnOnce(&mut Schedule<Job>) -> R) -> R {
     WRITES.with(|s| f(&mut s.borrow_mut()))
 }
 
-fn deadlines<R>(f: impl FnOnce(&mut Schedule<BlockedId>) -> R) -> R {
+fn deadlines<R>(f: impl FnOnce(&mut Deadlines<BlockedId>) -> R) -> R {
     DEADLINES.with(|s| f(&mut s.borrow_mut()))
 }
 

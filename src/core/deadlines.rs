@@ -1,0 +1,131 @@
+//! When blocked clients stop waiting: a schedule of small ids that are
+//! copied, not shared, into its two indexes, and found by a cheap hash
+//! (the server picks the ids, see [`IdHasher`]). A waiter's deadline is
+//! set and taken out once per wait, so on a hot lock this is per handoff:
+//! no allocation per deadline, unlike [`super::schedule::Schedule`], whose
+//! jobs own key names.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{BuildHasherDefault, Hash};
+
+use super::waiters::{give_back_room, IdHasher};
+
+#[derive(Debug)]
+pub struct Deadlines<I> {
+    /// (when, order of scheduling, id)
+    queue: BTreeSet<(i64, u64, I)>,
+    due: HashMap<I, (i64, u64), BuildHasherDefault<IdHasher>>,
+    next_seq: u64,
+}
+
+impl<I> Default for Deadlines<I> {
+    fn default() -> Self {
+        Deadlines {
+            queue: BTreeSet::new(),
+            due: HashMap::default(),
+            next_seq: 0,
+        }
+    }
+}
+
+impl<I: Copy + Ord + Hash> Deadlines<I> {
+    /// Sets the deadline of `id` at `at` unless it has an earlier one;
+    /// true if it had none.
+    pub fn set_earlier(&mut self, id: I, at: i64) -> bool {
+        let seq = self.next_seq;
+        match self.due.get(&id) {
+            Some(&(old, _)) if old <= at => return false,
+            Some(&(old, old_seq)) => {
+                self.queue.remove(&(old, old_seq, id));
+            }
+            None => {}
+        }
+        self.next_seq += 1;
+        let new = self.due.insert(id, (at, seq)).is_none();
+        self.queue.insert((at, seq, id));
+        new
+    }
+
+    /// Forgets the deadline of `id`; false if it had none.
+    pub fn cancel(&mut self, id: &I) -> bool {
+        let Some((at, seq)) = self.due.remove(id) else {
+            return false;
+        };
+        self.queue.remove(&(at, seq, *id));
+        give_back_room(&mut self.due);
+        true
+    }
+
+    /// The earliest deadline.
+    pub fn earliest(&self) -> Option<i64> {
+        self.queue.first().map(|(at, _, _)| *at)
+    }
+
+    /// A mark for [`Deadlines::pop_before`]: deadlines set from now on are
+    /// after it.
+    pub fn mark(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Takes the earliest deadline's id if it is due at or before `now` and
+    /// was set before `mark`.
+    pub fn pop_before(&mut self, now: i64, mark: u64) -> Option<I> {
+        let &(at, seq, id) = self.queue.first()?;
+        if at > now || seq >= mark {
+            return None;
+        }
+        self.queue.pop_first();
+        self.due.remove(&id);
+        give_back_room(&mut self.due);
+        Some(id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.due.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.due.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn earliest_first_and_one_deadline_per_id() {
+        let mut d = Deadlines::default();
+        assert!(d.set_earlier(7u64, 50));
+        assert!(!d.set_earlier(7, 60), "a later time is ignored");
+        assert!(!d.set_earlier(7, 20), "an earlier one replaces it");
+        assert!(d.set_earlier(8, 30));
+        assert!(d.set_earlier(9, 10));
+        assert_eq!((d.len(), d.earliest()), (3, Some(10)));
+        assert!(d.cancel(&9));
+        assert!(!d.cancel(&9));
+        let mark = d.mark();
+        assert_eq!(d.pop_before(25, mark), Some(7));
+        assert_eq!(d.pop_before(25, mark), None, "8 is due at 30");
+        assert!(d.set_earlier(10, 0));
+        // 10 was set after the mark: it waits for the next pass, and so
+        // does what is behind it.
+        assert_eq!(d.pop_before(100, mark), None);
+        let mark = d.mark();
+        assert_eq!(d.pop_before(100, mark), Some(10));
+        assert_eq!(d.pop_before(100, mark), Some(8));
+        assert!(d.is_empty() && d.earliest().is_none());
+    }
+
+    #[test]
+    fn memory_goes_back_after_a_burst() {
+        let mut d = Deadlines::default();
+        for id in 0..100_000u64 {
+            d.set_earlier(id, id as i64);
+        }
+        for id in 0..100_000u64 {
+            assert!(d.cancel(&id));
+        }
+        assert!(d.due.capacity() <= 128, "{}", d.due.capacity());
+    }
+}
