@@ -4,7 +4,10 @@
 (what a user stores without the module), on ONE server process with the module
 loaded, sides alternating run by run; a third side, FLOOR.SET of a minimal
 module type (bench/floor/typefloor.c) that keeps only the token, shows what the
-server spends on any module-typed key whatever the module stores.
+server spends on any module-typed key whatever the module stores; a fourth,
+FLOOR.LOCK of the same type, adds what any fenced lock must do on top (count a
+fence, make the expiry absolute, propagate the grant as its exact effect with
+RedisModule_Replicate, answer [token, fence]).
 
 Figures per side (fresh server per run): server CPU to create the keys (the
 commands sent by `redis-cli --pipe`; utime+stime of the server process), RDB
@@ -39,12 +42,13 @@ SIDES = {
     "module": lambda key: [b"LOCK.ACQUIRE", key, TOKEN, b"PX", PX],
     "strings": lambda key: [b"SET", key, TOKEN, b"NX", b"PX", PX],
     "floor": lambda key: [b"FLOOR.SET", key, TOKEN, b"PX", PX],
+    "lock floor": lambda key: [b"FLOOR.LOCK", key, TOKEN, b"PX", PX],
 }
 TARGETS = {"create": 1.25, "rdb": 1.15, "reload": 1.20}
 
 
 def commands_file(work, side):
-    path = os.path.join(work, side + ".resp")
+    path = os.path.join(work, side.replace(" ", "-") + ".resp")
     if not os.path.exists(path):
         with open(path, "wb") as f:
             for start in range(0, KEYS, 50_000):
@@ -104,13 +108,14 @@ def bench_server(binary, module, floor, work, server_cpus, client_cpus):
                ("mem", "used_memory per key (bytes)", "%.1f")]
     for what, label, fmt in figures:
         m, n, fl = med("module", what), med("strings", what), med("floor", what)
+        lf = med("lock floor", what)
         show = (lambda v: fmt.format(v)) if "{" in fmt else (lambda v: fmt % v)
         target = TARGETS.get(what)
         verdict = ""
         if target:
             verdict = "≤ %.2f: %s" % (target, "met" if m / n <= target else "**not met**")
-        rows.append("| %s | %s | %s | %.2f | %s | %.2f | %s |" % (
-            label, show(m), show(n), m / n, show(fl), m / fl, verdict))
+        rows.append("| %s | %s | %s | %.2f | %s | %.2f | %s | %.2f | %s |" % (
+            label, show(m), show(n), m / n, show(fl), m / fl, show(lf), m / lf, verdict))
     return version, rows
 
 
@@ -132,13 +137,17 @@ def main():
              "Written by `bench/million.py` (`make bench`, or `BENCH_ONLY=million bench/run.sh`): %s keys "
              "`lock:%%012d` with a 22-byte token and a 1 h lease, created by `redis-cli --pipe` as "
              "`LOCK.ACQUIRE` (module), `SET … NX PX` (strings) and `FLOOR.SET` of a minimal module type "
-             "that keeps only the token (floor, bench/floor/typefloor.c); one server process with both "
+             "that keeps only the token (floor, bench/floor/typefloor.c), and `FLOOR.LOCK` of the same type, "
+             "which also counts a fence, makes the expiry absolute, propagates the grant as its exact effect "
+             "(`RedisModule_Replicate`) and answers `[token, fence]` (lock floor: what any fenced lock costs "
+             "through the module API); one server process with both "
              "modules loaded, a fresh one per run, %d runs per side, alternating; medians. "
-             "Ratio = module / strings; the floor ratio = module / floor." % ("{:,}".format(KEYS), REPS), ""]
+             "Ratio = module / strings; the floor ratios = module / floor." % ("{:,}".format(KEYS), REPS), ""]
     for version, rows in sections:
         lines += ["## " + version, "",
-                  "| figure | module | strings | ratio | floor | module / floor | target |",
-                  "|---|---|---|---|---|---|---|"] + rows + [""]
+                  "| figure | module | strings | ratio | floor | module / floor | lock floor "
+                  "| module / lock floor | target |",
+                  "|---|---|---|---|---|---|---|---|---|"] + rows + [""]
     with open(a.out, "w") as f:
         f.write("\n".join(lines))
     print("\n".join(lines))

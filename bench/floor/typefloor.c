@@ -3,8 +3,15 @@
  * key's TTL, only if the key is absent (as SET NX PX); the type saves the
  * token as one string in RDB and loads it back. Loaded next to redislock by
  * bench/million.py to measure what the server spends per module-typed key
- * (creation, RDB bytes, DEBUG RELOAD) whatever the module stores. */
+ * (creation, RDB bytes, DEBUG RELOAD) whatever the module stores.
+ *
+ * FLOOR.LOCK key token PX ms is the least a fenced lock costs on top: the
+ * same value, a fence counted, the expiry made absolute and the grant
+ * propagated as its exact effect (FLOOR.APPLY key token fence unix-ms, with
+ * RedisModule_Replicate: a relative TTL replayed from the AOF later would
+ * be wrong), and the grant answered [token, fence]. */
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +43,57 @@ static int set_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     RedisModule_SetExpire(key, px);
     RedisModule_CloseKey(key);
     RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+static Token *token_of(RedisModuleString *arg) {
+    size_t len;
+    const char *token = RedisModule_StringPtrLen(arg, &len);
+    Token *t = RedisModule_Alloc(sizeof(Token) + len);
+    t->len = len;
+    memcpy(t->bytes, token, len);
+    return t;
+}
+
+static long long last_fence;
+
+static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long px;
+    if (argc != 5) return RedisModule_WrongArity(ctx);
+    if (RedisModule_StringToLongLong(argv[4], &px) != REDISMODULE_OK || px <= 0)
+        return RedisModule_ReplyWithError(ctx, "ERR invalid PX");
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    if (RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY) {
+        RedisModule_CloseKey(key);
+        return RedisModule_ReplyWithNull(ctx);
+    }
+    long long fence = ++last_fence;
+    long long at = RedisModule_Milliseconds() + px;
+    RedisModule_ModuleTypeSetValue(key, floor_type, token_of(argv[2]));
+    RedisModule_SetAbsExpire(key, at);
+    RedisModule_CloseKey(key);
+    size_t token_len;
+    const char *token = RedisModule_StringPtrLen(argv[2], &token_len);
+    char fence_text[24], at_text[24];
+    int fence_len = snprintf(fence_text, sizeof fence_text, "%lld", fence);
+    int at_len = snprintf(at_text, sizeof at_text, "%lld", at);
+    RedisModule_Replicate(ctx, "FLOOR.APPLY", "sbbb", argv[1], token, token_len, fence_text,
+                          (size_t)fence_len, at_text, (size_t)at_len);
+    RedisModule_ReplyWithArray(ctx, 2);
+    RedisModule_ReplyWithString(ctx, argv[2]);
+    return RedisModule_ReplyWithLongLong(ctx, fence);
+}
+
+/* FLOOR.APPLY key token fence unix-ms: a grant as its master made it. */
+static int apply_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long at;
+    if (argc != 5) return RedisModule_WrongArity(ctx);
+    if (RedisModule_StringToLongLong(argv[4], &at) != REDISMODULE_OK)
+        return RedisModule_ReplyWithError(ctx, "ERR invalid time");
+    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModule_ModuleTypeSetValue(key, floor_type, token_of(argv[2]));
+    RedisModule_SetAbsExpire(key, at);
+    RedisModule_CloseKey(key);
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
 }
 
@@ -78,6 +136,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     floor_type = RedisModule_CreateDataType(ctx, "typeflr00", 0, &methods);
     if (!floor_type) return REDISMODULE_ERR;
     if (RedisModule_CreateCommand(ctx, "floor.set", set_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
+        return REDISMODULE_ERR;
+    if (RedisModule_CreateCommand(ctx, "floor.lock", lock_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
+        return REDISMODULE_ERR;
+    if (RedisModule_CreateCommand(ctx, "floor.apply", apply_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }
