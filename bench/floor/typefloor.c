@@ -7,7 +7,7 @@
  *
  * FLOOR.LOCK key token PX ms is the least a fenced lock costs on top: the
  * same value, a fence counted, the expiry made absolute and the grant
- * propagated as its exact effect (FLOOR.APPLY key token fence unix-ms, with
+ * propagated as its exact effect (FLOOR.TYPEAPPLY key token fence unix-ms, with
  * RedisModule_Replicate: a relative TTL replayed from the AOF later would
  * be wrong), and the grant answered [token, fence]. */
 
@@ -77,14 +77,14 @@ static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     char fence_text[24], at_text[24];
     int fence_len = snprintf(fence_text, sizeof fence_text, "%lld", fence);
     int at_len = snprintf(at_text, sizeof at_text, "%lld", at);
-    RedisModule_Replicate(ctx, "FLOOR.APPLY", "sbbb", argv[1], token, token_len, fence_text,
+    RedisModule_Replicate(ctx, "FLOOR.TYPEAPPLY", "sbbb", argv[1], token, token_len, fence_text,
                           (size_t)fence_len, at_text, (size_t)at_len);
     RedisModule_ReplyWithArray(ctx, 2);
     RedisModule_ReplyWithString(ctx, argv[2]);
     return RedisModule_ReplyWithLongLong(ctx, fence);
 }
 
-/* FLOOR.APPLY key token fence unix-ms: a grant as its master made it. */
+/* FLOOR.TYPEAPPLY key token fence unix-ms: a grant as its master made it. */
 static int apply_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     long long at;
     if (argc != 5) return RedisModule_WrongArity(ctx);
@@ -139,7 +139,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         return REDISMODULE_ERR;
     if (RedisModule_CreateCommand(ctx, "floor.lock", lock_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
-    if (RedisModule_CreateCommand(ctx, "floor.apply", apply_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
+    if (RedisModule_CreateCommand(ctx, "floor.typeapply", apply_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }
