@@ -137,7 +137,9 @@ def cmdstats(conn):
 
 
 def module_stats(conn):
-    return {k[len("redislock_"):]: int(v) for k, v in conn.info("redislock").items()}
+    # Counters only: `version` is a release number (0.1.0).
+    return {k[len("redislock_"):]: int(v) for k, v in conn.info("redislock").items()
+            if v.lstrip("-").isdigit()}
 
 
 def errors(conn):

@@ -24,28 +24,6 @@ typedef struct {
     char bytes[];
 } Token;
 
-static int set_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    long long px;
-    if (argc != 5) return RedisModule_WrongArity(ctx);
-    if (RedisModule_StringToLongLong(argv[4], &px) != REDISMODULE_OK || px <= 0)
-        return RedisModule_ReplyWithError(ctx, "ERR invalid PX");
-    RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    if (RedisModule_KeyType(key) != REDISMODULE_KEYTYPE_EMPTY) {
-        RedisModule_CloseKey(key);
-        return RedisModule_ReplyWithNull(ctx);
-    }
-    size_t len;
-    const char *token = RedisModule_StringPtrLen(argv[2], &len);
-    Token *t = RedisModule_Alloc(sizeof(Token) + len);
-    t->len = len;
-    memcpy(t->bytes, token, len);
-    RedisModule_ModuleTypeSetValue(key, floor_type, t);
-    RedisModule_SetExpire(key, px);
-    RedisModule_CloseKey(key);
-    RedisModule_ReplicateVerbatim(ctx);
-    return RedisModule_ReplyWithSimpleString(ctx, "OK");
-}
-
 static Token *token_of(RedisModuleString *arg) {
     size_t len;
     const char *token = RedisModule_StringPtrLen(arg, &len);
@@ -57,7 +35,8 @@ static Token *token_of(RedisModuleString *arg) {
 
 static long long last_fence;
 
-static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+/* KEY token PX ms, if the key is free: FLOOR.SET (fenced 0) or FLOOR.LOCK (fenced 1). */
+static int create(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int fenced) {
     long long px;
     if (argc != 5) return RedisModule_WrongArity(ctx);
     if (RedisModule_StringToLongLong(argv[4], &px) != REDISMODULE_OK || px <= 0)
@@ -67,9 +46,15 @@ static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
         RedisModule_CloseKey(key);
         return RedisModule_ReplyWithNull(ctx);
     }
+    RedisModule_ModuleTypeSetValue(key, floor_type, token_of(argv[2]));
+    if (!fenced) {
+        RedisModule_SetExpire(key, px);
+        RedisModule_CloseKey(key);
+        RedisModule_ReplicateVerbatim(ctx);
+        return RedisModule_ReplyWithSimpleString(ctx, "OK");
+    }
     long long fence = ++last_fence;
     long long at = RedisModule_Milliseconds() + px;
-    RedisModule_ModuleTypeSetValue(key, floor_type, token_of(argv[2]));
     RedisModule_SetAbsExpire(key, at);
     RedisModule_CloseKey(key);
     size_t token_len;
@@ -82,6 +67,14 @@ static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     RedisModule_ReplyWithArray(ctx, 2);
     RedisModule_ReplyWithString(ctx, argv[2]);
     return RedisModule_ReplyWithLongLong(ctx, fence);
+}
+
+static int set_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return create(ctx, argv, argc, 0);
+}
+
+static int lock_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return create(ctx, argv, argc, 1);
 }
 
 /* FLOOR.TYPEAPPLY key token fence unix-ms: a grant as its master made it. */

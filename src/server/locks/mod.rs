@@ -75,6 +75,21 @@ pub struct Grant<'a> {
     pub event: &'a CStr,
 }
 
+impl<'a> Grant<'a> {
+    /// The grant a waiter asked for, handed to it at `now` until `expire_at`.
+    pub fn to_waiter(request: &'a waiting::Request, expire_at: i64, now: i64) -> Grant<'a> {
+        Grant {
+            token: &request.token,
+            want: request.want,
+            expire_at,
+            now,
+            bind_to: request.bind_to,
+            data: request.data.as_deref(),
+            event: c"lock.handoff",
+        }
+    }
+}
+
 /// Carries out a core decision to grant (`Decision::Grant`) or re-grant
 /// (`Decision::Regrant`) on the open key `name`: the write, then the hold
 /// bound to its connection (`EPHEMERAL`) or no longer bound, then its lease

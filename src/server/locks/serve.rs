@@ -124,16 +124,12 @@ pub fn hand_on(ctx: &Context, name: &RedisString, mut key: LockKey) -> Option<Lo
     drop(key);
     ffi::notify(ctx, c"lock.released", name);
     lockops::propagate_handoff(ctx, name, lock, expire_at);
-    let grant = Grant {
-        token: &request.token,
-        want: request.want,
-        expire_at,
-        now,
-        bind_to: request.bind_to,
-        data: request.data.as_deref(),
-        event: c"lock.handoff",
-    };
-    bind_grant(ctx, name, &grant, fence);
+    bind_grant(
+        ctx,
+        name,
+        &Grant::to_waiter(&request, expire_at, now),
+        fence,
+    );
     observed::changed(ctx, name);
     stats::HANDOFFS.bump();
     waiting::granted(handle, fence);
@@ -163,15 +159,7 @@ fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedId, decision: Dec
         return;
     };
     let key = LockKey::open(ctx, name, true);
-    let grant = Grant {
-        token: &request.token,
-        want: request.want,
-        expire_at,
-        now: ffi::now_ms(),
-        bind_to: request.bind_to,
-        data: request.data.as_deref(),
-        event: c"lock.handoff",
-    };
+    let grant = Grant::to_waiter(&request, expire_at, ffi::now_ms());
     // Exhausted fences: nobody can be granted; waiters time out.
     let Ok(fence) = carry_out(ctx, name, key, decision, &grant) else {
         return;

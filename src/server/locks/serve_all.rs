@@ -91,15 +91,7 @@ pub(super) fn serve_multi(ctx: &Context, handle: BlockedId) -> bool {
     let Some(expire_at) = lock::expiry_at(now, request.ttl_ms) else {
         return false;
     };
-    let grant = Grant {
-        token: &request.token,
-        want: request.want,
-        expire_at,
-        now,
-        bind_to: request.bind_to,
-        data: request.data.as_deref(),
-        event: c"lock.handoff",
-    };
+    let grant = Grant::to_waiter(&request, expire_at, now);
     let mut fences = Vec::with_capacity(names.len());
     for (at, (name, decision)) in names.iter().zip(&decisions).enumerate() {
         let key = LockKey::open(ctx, name, true);
