@@ -89,13 +89,16 @@ pub fn set_expiry(ctx: &Context, name: &RedisString, mut key: LockKey, expire_at
     ffi::notify(ctx, c"lock.extended", name);
 }
 
-/// Deletes the lock `name`, its `DEL` held back for a handoff that may
-/// replace it (see `ffi::hold_back_delete`): the caller sends it once it
-/// has served the waiters (`ffi::SendHeldBack`).
-pub fn delete_lock(ctx: &Context, name: &RedisString, mut key: LockKey) {
+/// Deletes the lock `name`. With `hold_back` (a handoff may replace it)
+/// its `DEL` is held back (see `ffi::hold_back_delete`): the caller sends
+/// it once it has served the waiters (`ffi::SendHeldBack`).
+pub fn delete_lock(ctx: &Context, name: &RedisString, mut key: LockKey, hold_back: bool) {
     delete(&mut key);
     drop(key);
-    ffi::hold_back_delete(ctx, name);
+    match hold_back {
+        true => ffi::hold_back_delete(ctx, name),
+        false => ffi::replicate_delete(ctx, name),
+    }
     ffi::notify(ctx, c"lock.released", name);
 }
 

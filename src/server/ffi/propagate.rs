@@ -52,6 +52,15 @@ pub fn send_held_back(ctx: &Context) {
     }
 }
 
+/// Propagates the `DEL` of `key` now (after any held back).
+pub fn replicate_delete(ctx: &Context, key: &RedisString) {
+    send_held_back(ctx);
+    // SAFETY: the format "s" matches a Redis string.
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.inner)
+    };
+}
+
 /// Propagates a grant to replicas and the AOF as its exact effect:
 /// `LOCK._APPLY key token fence unix-ms [DATA data]`.
 pub fn replicate_grant(ctx: &Context, key: &RedisString, lock: LockRef<'_>, expire_at: i64) {

@@ -185,7 +185,8 @@ pub fn release(ctx: &Context, name: &RedisString, key: LockKey, token: &[u8], mu
     let _send = ffi::SendHeldBack(ctx);
     keyspace::then_caller_serves(|| match multi {
         true => lockops::end_hold(ctx, name, key, token),
-        false => lockops::delete_lock(ctx, name, key),
+        // Without waiters no handoff can replace the `DEL`: sent at once.
+        false => lockops::delete_lock(ctx, name, key, !waiting::is_empty()),
     });
     serve(ctx, name);
     observed::changed(ctx, name);
