@@ -15,8 +15,7 @@
 
 use std::collections::{hash_set, BTreeMap, HashMap, HashSet, VecDeque};
 
-/// A lock by database and key name.
-pub type LockId = (i32, Vec<u8>);
+pub use crate::core::lock_id::LockId;
 
 /// One bound hold: a holder of a lock, by token.
 type HoldId = (LockId, Vec<u8>);
@@ -84,11 +83,11 @@ impl Bindings {
 
     /// Drops the bindings of database `db`'s locks (flushed, swapped).
     pub fn unbind_db(&mut self, db: i32) {
-        let first: LockId = (db, Vec::new());
+        let first = LockId::first_of(db);
         let gone: Vec<LockId> = self
             .by_lock
             .range(first..)
-            .take_while(|((d, _), _)| *d == db)
+            .take_while(|(lock, _)| lock.db() == db)
             .map(|(lock, _)| lock.clone())
             .collect();
         for lock in gone {
@@ -229,7 +228,7 @@ mod tests {
     use super::*;
 
     fn lock(db: i32, name: &str) -> LockId {
-        (db, name.as_bytes().to_vec())
+        LockId::new(db, name.as_bytes().to_vec())
     }
 
     #[test]
@@ -307,7 +306,7 @@ mod tests {
         assert_eq!(b.client_of(&lock(1, "a"), b"t", 1), None);
         assert_eq!(b.client_of(&lock(2, "a"), b"t", 2), Some(7));
         let orphans: Vec<i32> = std::iter::from_fn(|| b.next_orphan())
-            .map(|((db, _), _, _)| db)
+            .map(|(id, _, _)| id.db())
             .collect();
         assert_eq!(orphans.len(), 2);
         assert!(!orphans.contains(&1));

@@ -13,6 +13,7 @@ pub mod grant;
 pub mod holders;
 pub mod limits;
 pub mod lock;
+pub mod lock_id;
 mod mark;
 pub mod numbers;
 pub mod observers;

@@ -29,8 +29,8 @@ pub fn take_db<J: Ord + Clone>(
     lock_of: impl Fn(&J) -> Option<&LockId>,
     job_of: impl Fn(LockId) -> J,
 ) -> Vec<(LockId, i64)> {
-    let first = job_of((if db == -1 { i32::MIN } else { db }, Vec::new()));
-    let of_db = |job: &J| lock_of(job).is_some_and(|(d, _)| db == -1 || *d == db);
+    let first = job_of(LockId::first_of(if db == -1 { i32::MIN } else { db }));
+    let of_db = |job: &J| lock_of(job).is_some_and(|id| db == -1 || id.db() == db);
     schedule
         .cancel_from(&first, of_db)
         .into_iter()
@@ -50,8 +50,9 @@ pub fn swap_jobs<J: Ord + Clone>(
 ) {
     let mut moved = take_db(schedule, first, &lock_of, &job_of);
     moved.extend(take_db(schedule, second, &lock_of, &job_of));
-    for ((db, name), at) in moved {
-        schedule.set_earlier(job_of((swapped(db, first, second), name)), at);
+    for (id, at) in moved {
+        let db = swapped(id.db(), first, second);
+        schedule.set_earlier(job_of(id.in_db(db)), at);
     }
 }
 
@@ -61,8 +62,8 @@ pub fn take_set_db(set: &mut BTreeSet<LockId>, db: i32) -> Vec<LockId> {
         return Vec::new();
     }
     let ids: Vec<LockId> = set
-        .range((db, Vec::new())..)
-        .take_while(|(d, _)| *d == db)
+        .range(LockId::first_of(db)..)
+        .take_while(|id| id.db() == db)
         .cloned()
         .collect();
     for id in &ids {
@@ -75,11 +76,10 @@ pub fn take_set_db(set: &mut BTreeSet<LockId>, db: i32) -> Vec<LockId> {
 pub fn swap_set(set: &mut BTreeSet<LockId>, first: i32, second: i32) {
     let mut moved = take_set_db(set, first);
     moved.extend(take_set_db(set, second));
-    set.extend(
-        moved
-            .into_iter()
-            .map(|(db, name)| (swapped(db, first, second), name)),
-    );
+    set.extend(moved.into_iter().map(|id| {
+        let db = swapped(id.db(), first, second);
+        id.in_db(db)
+    }));
 }
 
 #[cfg(test)]
@@ -101,7 +101,7 @@ mod tests {
     }
 
     fn lock(db: i32, name: &str) -> LockId {
-        (db, name.as_bytes().to_vec())
+        LockId::new(db, name.as_bytes().to_vec())
     }
 
     #[test]

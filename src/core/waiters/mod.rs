@@ -13,7 +13,7 @@ mod multi;
 pub use multi::Head;
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 
 use super::grant::LockKind;
 
@@ -69,23 +69,23 @@ impl<K, R> Waiter<K, R> {
 }
 
 /// Every waiter of the server. `I` identifies a waiter, `K` a lock, `R` is
-/// what the waiter asked for (token, TTL).
+/// what the waiter asked for (token, TTL); `S` hashes locks.
 #[derive(Debug)]
 ///
 /// Each queue is ordered by arrival number, so a waiter leaves it in
 /// O(log n) whatever its place (many waiters timing out together cost
 /// O(n log n), not O(n²)).
-pub struct Waiters<I, K, R> {
-    queues: HashMap<K, BTreeMap<u64, I>>,
+pub struct Waiters<I, K, R, S = RandomState> {
+    queues: HashMap<K, BTreeMap<u64, I>, S>,
     waiters: HashMap<I, Waiter<K, R>, BuildHasherDefault<IdHasher>>,
     next_seq: u64,
     queued: usize,
 }
 
-impl<I, K, R> Default for Waiters<I, K, R> {
+impl<I, K, R, S: Default> Default for Waiters<I, K, R, S> {
     fn default() -> Self {
         Waiters {
-            queues: HashMap::new(),
+            queues: HashMap::default(),
             waiters: HashMap::default(),
             next_seq: 0,
             queued: 0,
@@ -93,7 +93,7 @@ impl<I, K, R> Default for Waiters<I, K, R> {
     }
 }
 
-impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
+impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K, R, S> {
     /// True when nobody waits for anything: the common case, checked first
     /// on every key event so that unrelated traffic pays almost nothing.
     pub fn is_empty(&self) -> bool {
@@ -263,8 +263,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
 
 /// Takes a waiter out of the queues of `locks`, all of its locks; whether
 /// it stood in any (it counted as queued).
-fn unqueue<'a, I, K: Hash + Eq + 'a>(
-    queues: &mut HashMap<K, BTreeMap<u64, I>>,
+fn unqueue<'a, I, K: Hash + Eq + 'a, S: BuildHasher>(
+    queues: &mut HashMap<K, BTreeMap<u64, I>, S>,
     seq: u64,
     locks: impl Iterator<Item = &'a K>,
 ) -> bool {
@@ -277,8 +277,8 @@ fn unqueue<'a, I, K: Hash + Eq + 'a>(
 
 /// Takes the entry `seq` out of the queue of `lock`, and the queue once it
 /// is empty; whether the entry was there.
-fn drop_entry<I, K: Hash + Eq>(
-    queues: &mut HashMap<K, BTreeMap<u64, I>>,
+fn drop_entry<I, K: Hash + Eq, S: BuildHasher>(
+    queues: &mut HashMap<K, BTreeMap<u64, I>, S>,
     seq: u64,
     lock: &K,
 ) -> bool {

@@ -18,7 +18,7 @@
 //! (granted, refused, timed out, gone), each of its locks is looked at
 //! again.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 use std::collections::BTreeMap;
 
@@ -39,7 +39,7 @@ pub enum Head<I> {
     Behind(I),
 }
 
-impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R> Waiters<I, K, R> {
+impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K, R, S> {
     /// The first waiter of `lock`, and whether it may be served now.
     pub fn head_of(&self, lock: &K) -> Head<I> {
         self.head_and_count(lock).0

@@ -90,12 +90,12 @@ pub fn changed_client_id(data: *mut c_void) -> u64 {
 }
 
 /// The database and name a value is being copied to (`COPY`).
-pub fn copy_target(opt: *mut raw::RedisModuleKeyOptCtx) -> (i32, Vec<u8>) {
+pub fn copy_target(opt: *mut raw::RedisModuleKeyOptCtx) -> crate::core::lock_id::LockId {
     // SAFETY: `opt` comes from Redis's copy2 callback; the name is copied
     // while the callback runs.
     unsafe {
         let db = raw::RedisModule_GetToDbIdFromOptCtx.unwrap()(opt);
         let name = raw::RedisModule_GetToKeyNameFromOptCtx.unwrap()(opt);
-        (db, RedisString::string_as_slice(name).to_vec())
+        crate::core::lock_id::LockId::new(db, RedisString::string_as_slice(name).to_vec())
     }
 }

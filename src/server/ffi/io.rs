@@ -35,7 +35,7 @@ pub fn log_io_warning(io: *mut raw::RedisModuleIO, message: &str) {
 
 /// The database and name of the key whose value is being read, when Redis
 /// tells (loading, `RESTORE`).
-pub fn io_key(io: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
+pub fn io_key(io: *mut raw::RedisModuleIO) -> Option<crate::core::lock_id::LockId> {
     // SAFETY: `io` comes from Redis's rdb_load callback. The functions exist
     // from Redis 7.0 on and may answer NULL (no key known); the name lives
     // as long as the IO and is copied at once.
@@ -45,7 +45,7 @@ pub fn io_key(io: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
             return None;
         }
         let db = raw::RedisModule_GetDbIdFromIO?(io);
-        Some((
+        Some(crate::core::lock_id::LockId::new(
             db,
             redis_module::RedisString::string_as_slice(name).to_vec(),
         ))

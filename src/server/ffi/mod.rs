@@ -61,7 +61,7 @@ pub use crate::core::bindings::LockId;
 
 /// The lock `name` in the context's database.
 pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
-    (selected_db(ctx), name.to_vec())
+    LockId::new(selected_db(ctx), name.to_vec())
 }
 
 /// Points a context (a timer's, say) at database `db`.

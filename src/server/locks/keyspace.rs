@@ -55,13 +55,13 @@ pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool, value: usize) {
         // If the value is not freed, it moved under a name no event
         // tells (RENAME, MOVE): every observer looks again.
         observing::unlinked(value);
-        observed::changed_id(&(db, key.to_vec()));
+        observed::changed_id(&LockId::new(db, key.to_vec()));
     }
     if !with_holders && !ephemeral::any() && waiting::is_empty() {
         // The common case, on every expiry and release: nothing to do.
         return;
     }
-    let id = (db, key.to_vec());
+    let id = LockId::new(db, key.to_vec());
     ephemeral::unbind(&id);
     if with_holders {
         scheduler::cancel(&Job::Leases(id.clone()));
@@ -119,7 +119,7 @@ pub fn on_swapped(first: i32, second: i32) {
     if waiting::is_empty() {
         return;
     }
-    let ids = waiting::locks_where(|(d, _)| *d == first || *d == second);
+    let ids = waiting::locks_where(|id| id.db() == first || id.db() == second);
     ids.into_iter().for_each(serve_soon);
 }
 
@@ -132,6 +132,6 @@ pub fn on_flushed(db: i32) {
     if waiting::is_empty() {
         return;
     }
-    let ids = waiting::locks_where(|(d, _)| db == -1 || *d == db);
+    let ids = waiting::locks_where(|id| db == -1 || id.db() == db);
     ids.into_iter().for_each(serve_soon);
 }

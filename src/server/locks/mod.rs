@@ -215,10 +215,10 @@ pub fn extend(
 /// grant: a client that disconnected before its reply, or a closed
 /// connection's `EPHEMERAL` hold. Whether it did.
 pub fn revoke(ctx: &Context, id: &LockId, token: &[u8], fence: u64) -> bool {
-    if !ffi::select_db(ctx, id.0) {
+    if !ffi::select_db(ctx, id.db()) {
         return false;
     }
-    let name = ctx.create_string(id.1.as_slice());
+    let name = ctx.create_string(id.name());
     let key = LockKey::open(ctx, &name, true);
     let multi = match key.stored() {
         Some(Stored::Single(l)) if l.fence() == fence && l.is_held_by(token) => false,
@@ -249,10 +249,10 @@ pub fn end_leases(ctx: &Context, name: &RedisString, key: LockKey) -> LockKey {
 /// Looks at the holders of a lock from a scheduler job: ends the leases
 /// that ran out and hands their room on.
 pub fn tend(ctx: &Context, id: &LockId) {
-    if !ffi::select_db(ctx, id.0) {
+    if !ffi::select_db(ctx, id.db()) {
         return;
     }
-    let name = ctx.create_string(id.1.as_slice());
+    let name = ctx.create_string(id.name());
     let key = LockKey::open(ctx, &name, true);
     let key = end_leases(ctx, &name, key);
     // Still holding: watch the next lease to end.

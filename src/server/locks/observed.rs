@@ -47,7 +47,7 @@ pub fn changed_id(id: &LockId) {
 
 /// Every observed lock of database `db` (-1: all) may have changed.
 pub fn changed_in(db: i32) {
-    observing::changed_where(|(d, _)| db == -1 || *d == db);
+    observing::changed_where(|id| db == -1 || id.db() == db);
 }
 
 /// The holds of `name` may next end by themselves at `at` (a grant, an
@@ -115,10 +115,10 @@ pub fn observe(
 /// first, where the server's state allows writing: observers see the new
 /// holder, one change, as they do after a release.
 fn look(ctx: &Context, id: &LockId) {
-    if !ffi::select_db(ctx, id.0) {
+    if !ffi::select_db(ctx, id.db()) {
         return;
     }
-    let name = ctx.create_string(id.1.as_slice());
+    let name = ctx.create_string(id.name());
     let mut key = LockKey::open(ctx, &name, false);
     let ended = key.kind() == KeyKind::Empty || lockops::leases_due(&key);
     if ended && waiting::count_of(id) > 0 && writable::may_write(ctx).is_ok() {
@@ -126,7 +126,7 @@ fn look(ctx: &Context, id: &LockId) {
         serve(ctx, &name);
         key = LockKey::open(ctx, &name, false);
     }
-    let (seen, ends) = seen(ctx, &key, &id.1);
+    let (seen, ends) = seen(ctx, &key, id.name());
     drop(key);
     observing::settle(id, seen);
     watch_end_of(ctx, id.clone(), ends);

@@ -170,7 +170,7 @@ fn serve_one(ctx: &Context, name: &RedisString, handle: BlockedId, decision: Dec
 
 /// Serves a lock from a scheduler job.
 pub fn serve_id(ctx: &Context, id: &LockId) {
-    if ffi::select_db(ctx, id.0) {
-        serve(ctx, &ctx.create_string(id.1.as_slice()));
+    if ffi::select_db(ctx, id.db()) {
+        serve(ctx, &ctx.create_string(id.name()));
     }
 }

@@ -75,7 +75,7 @@ pub(super) fn serve_multi(ctx: &Context, handle: BlockedId) -> bool {
         return false;
     };
     let now = ffi::now_ms();
-    let names: Vec<RedisString> = ids.iter().map(|id| ctx.create_string(&id.1[..])).collect();
+    let names: Vec<RedisString> = ids.iter().map(|id| ctx.create_string(id.name())).collect();
     let mut decisions = Vec::with_capacity(names.len());
     for name in &names {
         match verdict(ctx, name, &request, now) {

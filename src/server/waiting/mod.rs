@@ -21,6 +21,7 @@ use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
 use crate::core::grant::Want;
+use crate::core::lock_id::PrehashedState;
 use crate::core::waiters::{Head, Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
@@ -85,7 +86,7 @@ impl Wait {
     }
 }
 
-type Queue = Waiters<BlockedId, LockId, Wait>;
+type Queue = Waiters<BlockedId, LockId, Wait, PrehashedState>;
 
 thread_local! {
     // Redis calls modules on its main thread only.
