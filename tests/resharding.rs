@@ -187,6 +187,43 @@ fn guards_split_by_a_migration_run_nothing_and_answer_tryagain() {
 }
 
 /// `CLUSTER FAILOVER` on replica `r`: it takes over its master's slots.
+#[test]
+fn a_release_while_its_slot_is_migrating_hands_the_lock_on_where_it_stands() {
+    // The lock is still on the source: its waiter is granted there, the key never missing (a
+    // missing key of a migrating slot would belong to the target), and the new holder's lock
+    // moves with the key.
+    let c = Cluster::start(3, 0);
+    let m = Move::start(&c, "{h}");
+    let key = "{h}lock";
+    let mut sc = c.nodes[m.src].conn();
+    let mut dc = c.nodes[m.dst].conn();
+    let (_, f1) = grant(&mut sc, key, b"a", 30_000);
+    let w = spawn_waiter_on(m.sp, key, "b", 30_000, 10_000);
+    wait_waiters(&mut sc, key, 1);
+    m.begin(&c);
+    assert_eq!(release(&mut sc, key, b"a"), 1);
+    let answer = w
+        .recv_within(std::time::Duration::from_secs(5))
+        .expect("the waiter is answered at the release");
+    let (token, f2) = answer
+        .reply
+        .as_ref()
+        .ok()
+        .and_then(parse_grant)
+        .unwrap_or_else(|| panic!("the waiter is granted, not {:?}", answer.reply));
+    assert_eq!((token.as_slice(), f2 > f1), (&b"b"[..], true));
+    let i = info_some(&mut sc, key);
+    assert_eq!((i.token.as_slice(), i.fence), (&b"b"[..], f2));
+    m.migrate(&c, &[key]);
+    let i = match asking(&mut dc, &rcmd!("LOCK.INFO", key)) {
+        Ok(v) => parse_info(&v).expect("the lock moved"),
+        Err(e) => panic!("LOCK.INFO on the target: {e}"),
+    };
+    assert_eq!((i.token.as_slice(), i.fence), (&b"b"[..], f2));
+    m.finish(&c);
+    assert_eq!(release(&mut dc, key, b"b"), 1);
+}
+
 fn fail_over_to(c: &Cluster, r: usize, old: usize) {
     assert_eq!(
         ok(&mut c.nodes[r].conn(), &rcmd!("CLUSTER", "FAILOVER")),
