@@ -1430,6 +1430,8 @@ fn an_encoding_version_2_holders_payload_still_restores_exactly() {
 #[test]
 fn forged_fences_are_refused_and_the_clock_is_not_poisoned() {
     let mut b = Bench::start();
+    // A load first: what a load reads is trusted, a client's RESTORE after it is not.
+    assert_eq!(ok(&mut b.c, &rcmd!("DEBUG", "RELOAD")), Value::Okay);
     let base = b.dump_of("forge", b"forged");
     let id = module_id(&base.body);
     let now = now_ms();

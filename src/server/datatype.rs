@@ -227,7 +227,11 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         }
         // Holders' leases end on their own: watch the first one. A client's
         // RESTORE is looked at once, for the key's TTL (see `locks::tend`).
-        if let (Stored::Multi(holders), Some(id)) = (record.view(), ffi::io_key(rdb)) {
+        // (The key's name is asked for only then: most records are single.)
+        if let Some((holders, id)) = match record.view() {
+            Stored::Multi(holders) => ffi::io_key(rdb).map(|id| (holders, id)),
+            Stored::Single(_) => None,
+        } {
             let look = match trusted {
                 true => holders.look_needed(),
                 false => {

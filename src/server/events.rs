@@ -24,7 +24,8 @@ pub fn subscribe(ctx: &Context) -> bool {
         && ffi::subscribe_server_event(ctx, raw::REDISMODULE_EVENT_LOADING, on_loading)
 }
 
-/// A load ended: what observers watch may be anything now.
+/// A load started: what it reads is trusted. A load ended: what observers
+/// watch may be anything now.
 unsafe extern "C" fn on_loading(
     _ctx: *mut raw::RedisModuleCtx,
     _e: raw::RedisModuleEvent,
@@ -35,7 +36,10 @@ unsafe extern "C" fn on_loading(
         if sub == raw::REDISMODULE_SUBEVENT_LOADING_ENDED
             || sub == raw::REDISMODULE_SUBEVENT_LOADING_FAILED
         {
+            ffi::set_loading(false);
             locks::on_loaded();
+        } else {
+            ffi::set_loading(true);
         }
     })
 }

@@ -2,13 +2,28 @@
 //! line about a refused value.
 
 use std::ffi::{c_int, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::raw;
+
+/// Whether the server is loading its data (between the loading event's
+/// start and its end): every value it reads then is trusted without
+/// asking for a context and its flags, which costs more than reading the
+/// value.
+static LOADING: AtomicBool = AtomicBool::new(false);
+
+/// The server's load started (true) or ended (false).
+pub fn set_loading(loading: bool) {
+    LOADING.store(loading, Ordering::Relaxed);
+}
 
 /// Whether values now being read come from the server's own data (startup,
 /// `DEBUG RELOAD`, a full sync or AOF replay, i.e. loading) or from its
 /// master, rather than from a client's `RESTORE` payload.
 pub fn io_is_trusted(io: *mut raw::RedisModuleIO) -> bool {
+    if LOADING.load(Ordering::Relaxed) {
+        return true;
+    }
     // SAFETY: `io` comes from Redis's rdb_load callback; the context it
     // returns lives as long as the IO.
     let flags = unsafe {
