@@ -174,12 +174,15 @@ pub fn block(
         fences: Vec::new(),
         all: false,
     };
-    let first = with(|w| w.enqueue(handle, id.clone(), wait));
+    // The queue keeps the id; the first waiter's look below copies it.
+    let first = with(|w| w.enqueue(handle, id, wait));
     stats::WAITS.bump();
     // While a lock has waiters, a look at it is due by the time its holds
     // next change (set by the first, kept by every handoff and pass).
     if let Some(at) = first.then(held_until).flatten() {
-        scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
+        if let Some(id) = with(|w| w.get(handle).map(|x| x.lock.clone())) {
+            scheduler::at(ctx, Job::Serve(id), at.saturating_add(1));
+        }
     }
     if timeout_ms > 0 {
         let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
