@@ -1,6 +1,7 @@
 //! One call of a command, as every handler sees it, and what a handler
 //! answers. A leaf: the entry point builds it, the handlers read it.
 
+use std::cell::OnceCell;
 use std::ptr::NonNull;
 
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
@@ -17,8 +18,8 @@ pub struct Call<'a> {
     /// The arguments, `argv[0]` being the command name.
     pub argv: &'a [&'a [u8]],
     raw: &'a [*mut raw::RedisModuleString],
-    /// The context's flags, read once for the command.
-    pub flags: ContextFlags,
+    /// The context's flags, read once for the command if it needs them.
+    flags: OnceCell<ContextFlags>,
 }
 
 impl<'a> Call<'a> {
@@ -32,8 +33,13 @@ impl<'a> Call<'a> {
             ctx,
             argv,
             raw,
-            flags: ctx.get_flags(),
+            flags: OnceCell::new(),
         }
+    }
+
+    /// The context's flags (asked of Redis at the first call only).
+    pub fn flags(&self) -> &ContextFlags {
+        self.flags.get_or_init(|| self.ctx.get_flags())
     }
 
     /// The key argument (`argv[1]`) as a Redis string. Every command that

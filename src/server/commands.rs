@@ -73,7 +73,7 @@ pub fn acquire(call: &Call) -> Reply {
         Decision::OtherMode => return Err(LockError::OtherMode),
         Decision::Busy => {
             return Ok(match req.block_ms {
-                Some(timeout) if ffi::may_block(&call.flags) => {
+                Some(timeout) if ffi::may_block(call.flags()) => {
                     let held_until = || held(&key).ok().and_then(|h| h.next_change(&key));
                     let timeout = settings::block_timeout(timeout, config::max_block_ms());
                     let request = waiting::Request::new(token, req.want, ttl_ms, bind_to, req.data);
@@ -265,7 +265,7 @@ pub fn observe(call: &Call) -> Reply {
         Some(after) if after == fence => {}
         _ => return Ok(reply::observed(ctx, fence, data)),
     }
-    let Some(timeout) = req.block_ms.filter(|_| ffi::may_block(&call.flags)) else {
+    let Some(timeout) = req.block_ms.filter(|_| ffi::may_block(call.flags())) else {
         return Ok(RedisValue::Null);
     };
     let ends = h.next_change(&key);

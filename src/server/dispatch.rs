@@ -77,7 +77,7 @@ fn dispatch(
             .map_or(0, |n| n.saturating_add(2)),
         at => at,
     };
-    if token_at > 0 && token_at < argc && !ffi::loading(&call.flags) {
+    if token_at > 0 && token_at < argc && !ffi::loading() {
         // Tokens are credentials: keep them out of SLOWLOG and MONITOR. Only
         // once the handler is done with the arguments: some servers (Valkey)
         // replace the argument itself, not a copy kept for the logs. Never

@@ -128,7 +128,7 @@ pub fn acquire_all(call: &Call) -> Reply {
     if decisions.contains(&Decision::Busy) {
         let request = waiting::Request::new(token, acq.want, ttl_ms, bind_to, acq.data);
         return Ok(match acq.block_ms {
-            Some(timeout) if ffi::may_block(&call.flags) => {
+            Some(timeout) if ffi::may_block(call.flags()) => {
                 let timeout = settings::block_timeout(timeout, config::max_block_ms());
                 if locks::wait_all(ctx, &names, request, timeout) {
                     RedisValue::NoReply

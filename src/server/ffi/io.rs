@@ -17,6 +17,12 @@ pub fn set_loading(loading: bool) {
     LOADING.store(loading, Ordering::Relaxed);
 }
 
+/// Whether the server is loading its data (startup, AOF replay, a full
+/// sync, `DEBUG RELOAD`): from the loading event, with no call into Redis.
+pub fn loading() -> bool {
+    LOADING.load(Ordering::Relaxed)
+}
+
 /// Whether values now being read come from the server's own data (startup,
 /// `DEBUG RELOAD`, a full sync or AOF replay, i.e. loading) or from its
 /// master, rather than from a client's `RESTORE` payload.

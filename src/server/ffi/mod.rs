@@ -43,13 +43,6 @@ pub fn from_master_or_aof(ctx: &Context) -> bool {
     flags.contains(ContextFlags::REPLICATED) || flags.contains(ContextFlags::LOADING)
 }
 
-/// Whether the server is loading its data (startup, AOF replay, a full
-/// sync, `DEBUG RELOAD`).
-pub fn loading(flags: &redis_module::ContextFlags) -> bool {
-    use redis_module::ContextFlags;
-    flags.contains(ContextFlags::LOADING) || flags.contains(ContextFlags::ASYNC_LOADING)
-}
-
 /// The database the context works on.
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: `ctx` is a live context.
