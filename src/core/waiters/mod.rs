@@ -224,15 +224,33 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
     /// Forgets `id` (replied to, timed out, disconnected) and returns what
     /// it was, so the caller can tell a lost grant from a plain wait.
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
+        self.leave(id).map(|(waiter, _)| waiter)
+    }
+
+    /// `remove`, telling also which of the waiter's queues it stood first
+    /// in: bit `i` for its `i`-th lock (`locks()` order; a request names
+    /// at most 64). Only a queue's head can have kept the others waiting,
+    /// so only those queues may have someone to serve now.
+    pub fn leave(&mut self, id: I) -> Option<(Waiter<K, R>, u64)> {
         let waiter = self.waiters.remove(&id)?;
+        let mut headed = 0;
         if waiter.stage == Stage::Waiting {
+            for (i, lock) in waiter.locks().enumerate() {
+                let first = self.queues.get(lock).and_then(|q| q.first_key_value());
+                if i >= 64 {
+                    // Beyond what a request names: counted as first.
+                    headed = u64::MAX;
+                } else if first.is_some_and(|(seq, _)| *seq == waiter.seq) {
+                    headed |= 1 << i;
+                }
+            }
             let was_queued = unqueue(&mut self.queues, waiter.seq, waiter.locks());
             self.queued -= usize::from(was_queued);
         }
         // A burst of waiters grows the maps; once it is served, their room
         // goes back to the allocator as the server's own clients' does.
         give_back_room(&mut self.waiters);
-        Some(waiter)
+        Some((waiter, headed))
     }
 
     pub fn get(&self, id: I) -> Option<&Waiter<K, R>> {

@@ -135,3 +135,24 @@ fn locks_with_waiters() {
     found.sort();
     assert_eq!(found, vec!["a:1"]);
 }
+
+#[test]
+fn a_leaving_waiter_tells_which_queues_it_stood_first_in() {
+    let mut w = W::default();
+    for id in [1, 2, 3] {
+        w.enqueue(id, "a", "x");
+    }
+    // 4 waits for "b" (alone there) and "a" (behind 1, 2, 3).
+    w.enqueue_all(4, "b", vec!["a"], "x");
+    let (gone, headed) = w.leave(2).unwrap();
+    assert_eq!(
+        (gone.stage, headed),
+        (Stage::Waiting, 0),
+        "behind 1: kept nobody"
+    );
+    assert_eq!(w.leave(1).unwrap().1, 0b1, "first in its one queue");
+    assert_eq!(w.leave(4).unwrap().1, 0b01, "first in \"b\", not in \"a\"");
+    assert!(w.grant(3, 7));
+    assert_eq!(w.leave(3).unwrap().1, 0, "a granted waiter is in no queue");
+    assert!(w.leave(3).is_none());
+}

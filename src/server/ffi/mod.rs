@@ -14,6 +14,7 @@ mod filter;
 mod io;
 mod key;
 mod propagate;
+mod propagate_holders;
 mod timer;
 
 pub use acl::*;
@@ -24,6 +25,7 @@ pub use filter::*;
 pub use io::*;
 pub use key::*;
 pub use propagate::*;
+pub use propagate_holders::*;
 pub use timer::*;
 
 use std::ffi::{c_int, CStr};

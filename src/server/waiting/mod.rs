@@ -121,7 +121,7 @@ pub fn total() -> usize {
 /// Forgets a waiter that was answered or left, with its deadline; and the
 /// lock's pending look-again once nobody waits for it.
 fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
-    let Some(waiter) = with(|w| w.remove(handle)) else {
+    let Some((waiter, headed)) = with(|w| w.leave(handle)) else {
         scheduler::cancel(&Job::Deadline(handle));
         return None;
     };
@@ -129,13 +129,13 @@ fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
     if waiter.stage == Stage::Waiting {
         scheduler::cancel(&Job::Deadline(handle));
     }
-    for lock in waiter.locks() {
+    for (i, lock) in waiter.locks().enumerate() {
         if with(|w| w.count(lock)) == 0 {
             scheduler::cancel(&Job::Serve(lock.clone()));
-        } else if waiter.stage == Stage::Waiting {
-            // A waiter that leaves (timeout, closed connection) may have
-            // stood before others that fit now: each of its locks is
-            // looked at again at once.
+        } else if waiter.stage == Stage::Waiting && headed & (1 << i.min(63)) != 0 {
+            // A waiter that leaves (timeout, closed connection) first in a
+            // queue may have kept others there that fit now: that lock is
+            // looked at again at once. Behind the first, it kept nobody.
             if let Some(ctx) = state::detached_context() {
                 scheduler::soon(&ctx, Job::Serve(lock.clone()));
             }
