@@ -341,14 +341,16 @@ impl Hasher for IdHasher {
     }
 }
 
-/// Shrinks `map` once it uses under a quarter of its room, to twice its
-/// size: each shrink follows at least as many removals as it moves
-/// entries, so the cost per removal stays constant.
+/// Shrinks `map` once it uses under an eighth of its room, to twice its
+/// size: each shrink follows several times as many removals as it moves
+/// entries (the table rounds its room up to a power of two), so the cost
+/// per removal stays small while a burst drains, and an empty map is
+/// small again.
 pub(crate) fn give_back_room<A: Hash + Eq, B, S: std::hash::BuildHasher>(
     map: &mut HashMap<A, B, S>,
 ) {
     const SMALL: usize = 64;
-    if map.capacity() > SMALL && map.len() * 4 < map.capacity() {
+    if map.capacity() > SMALL && map.len() * 8 < map.capacity() {
         map.shrink_to((map.len() * 2).max(SMALL));
     }
 }
