@@ -97,13 +97,13 @@ def _worker(side, idx, port, sections, go, out):
 
 
 class Profiled:
-    def __init__(self, server, module, floor, work):
+    def __init__(self, server, module, floor, work, extra=()):
         self.port = free_port()
         self.proc = subprocess.Popen(
             ["valgrind", "--tool=callgrind", "--instr-atstart=no",
              "--callgrind-out-file=%s/callgrind.out.%%p" % work,
              server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--loadmodule", module, "--loadmodule", floor],
+             "--appendonly", "no", "--loadmodule", module, "--loadmodule", floor] + list(extra),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(600):
             try:
