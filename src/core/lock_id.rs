@@ -5,10 +5,12 @@
 //! every name into one bucket. Working it out is most of a lookup's cost,
 //! and one handoff looks a lock up several times: the id keeps its hash
 //! from when it was made, and tables keyed by ids (`PrehashedState`) use
-//! that hash as it is.
+//! that hash, folded once.
 
 use std::cmp::Ordering;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
+
+use super::waiters::IdHasher;
 use std::sync::OnceLock;
 
 /// The process's key for lock-name hashes.
@@ -83,28 +85,9 @@ impl Hash for LockId {
     }
 }
 
-/// Hashes for tables keyed by `LockId`: the id's own keyed hash, as it is.
-pub type PrehashedState = BuildHasherDefault<Prehashed>;
-
-#[derive(Default)]
-pub struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn write(&mut self, bytes: &[u8]) {
-        // Not reached by `LockId`; anything else is folded in, unkeyed.
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = self.0.rotate_left(26) ^ n;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
+/// Hashes for tables keyed by `LockId`: the id's own keyed hash, folded
+/// as the waiter ids' hash folds the server's numbers (one multiply).
+pub type PrehashedState = BuildHasherDefault<IdHasher>;
 
 #[cfg(test)]
 mod tests {
