@@ -228,7 +228,7 @@ mod tests {
     use super::*;
 
     fn lock(db: i32, name: &str) -> LockId {
-        LockId::new(db, name.as_bytes().to_vec())
+        LockId::new(db, name.as_bytes())
     }
 
     #[test]

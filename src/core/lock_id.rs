@@ -10,39 +10,43 @@
 use std::cmp::Ordering;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 
+use super::short_bytes::ShortBytes;
 use super::waiters::IdHasher;
 use std::sync::OnceLock;
 
 /// The process's key for lock-name hashes.
 static KEY: OnceLock<RandomState> = OnceLock::new();
 
+/// Names up to this long are kept in the id itself (see [`ShortBytes`]).
+const INLINE_NAME: usize = 30;
+
 /// A lock by database and key name. Ordered by database, then name, so
 /// one database's locks sit side by side in ordered collections.
 #[derive(Clone, Debug)]
 pub struct LockId {
     db: i32,
-    name: Vec<u8>,
+    name: ShortBytes<INLINE_NAME>,
     /// The keyed hash of `db` and `name`.
     hash: u64,
 }
 
 impl LockId {
-    pub fn new(db: i32, name: Vec<u8>) -> LockId {
+    pub fn new(db: i32, name: &[u8]) -> LockId {
         // Two writes, not the three a tuple's hash makes: the name (any
         // length), then the database (fixed width, so no two pairs meet).
         let mut hasher = KEY.get_or_init(RandomState::new).build_hasher();
-        hasher.write(&name);
+        hasher.write(name);
         hasher.write_i32(db);
         LockId {
             db,
-            name,
+            name: ShortBytes::new(name),
             hash: hasher.finish(),
         }
     }
 
     /// The first id of database `db` in order (a bound for ranges).
     pub fn first_of(db: i32) -> LockId {
-        LockId::new(db, Vec::new())
+        LockId::new(db, b"")
     }
 
     pub fn db(&self) -> i32 {
@@ -55,13 +59,13 @@ impl LockId {
 
     /// The same name in database `db`.
     pub fn in_db(self, db: i32) -> LockId {
-        LockId::new(db, self.name)
+        LockId::new(db, &self.name)
     }
 }
 
 impl PartialEq for LockId {
     fn eq(&self, other: &LockId) -> bool {
-        self.hash == other.hash && self.db == other.db && self.name == other.name
+        self.hash == other.hash && self.db == other.db && self.name() == other.name()
     }
 }
 
@@ -69,7 +73,7 @@ impl Eq for LockId {}
 
 impl Ord for LockId {
     fn cmp(&self, other: &LockId) -> Ordering {
-        (self.db, &self.name).cmp(&(other.db, &other.name))
+        (self.db, self.name()).cmp(&(other.db, other.name()))
     }
 }
 
@@ -96,13 +100,13 @@ mod tests {
 
     #[test]
     fn ids_are_equal_by_database_and_name_and_ordered_so() {
-        let a = LockId::new(0, b"a".to_vec());
-        assert_eq!(a, LockId::new(0, b"a".to_vec()));
-        assert_ne!(a, LockId::new(1, b"a".to_vec()));
-        assert_ne!(a, LockId::new(0, b"b".to_vec()));
+        let a = LockId::new(0, b"a");
+        assert_eq!(a, LockId::new(0, b"a"));
+        assert_ne!(a, LockId::new(1, b"a"));
+        assert_ne!(a, LockId::new(0, b"b"));
         let set: BTreeSet<LockId> = [(1, "a"), (0, "b"), (0, "a"), (1, "")]
             .into_iter()
-            .map(|(db, n)| LockId::new(db, n.as_bytes().to_vec()))
+            .map(|(db, n)| LockId::new(db, n.as_bytes()))
             .collect();
         let order: Vec<(i32, &[u8])> = set.iter().map(|id| (id.db(), id.name())).collect();
         assert_eq!(
@@ -110,19 +114,19 @@ mod tests {
             [(0, &b"a"[..]), (0, b"b"), (1, b""), (1, b"a")],
             "by database, then name"
         );
-        assert!(LockId::first_of(1) <= LockId::new(1, Vec::new()));
-        assert!(LockId::first_of(1) > LockId::new(0, vec![255; 8]));
-        assert_eq!(a.clone().in_db(3), LockId::new(3, b"a".to_vec()));
+        assert!(LockId::first_of(1) <= LockId::new(1, b""));
+        assert!(LockId::first_of(1) > LockId::new(0, &[255; 8]));
+        assert_eq!(a.clone().in_db(3), LockId::new(3, b"a"));
     }
 
     #[test]
     fn a_prehashed_table_finds_each_id() {
         let mut map: HashMap<LockId, usize, PrehashedState> = HashMap::default();
         for i in 0..10_000usize {
-            map.insert(LockId::new((i % 3) as i32, i.to_string().into_bytes()), i);
+            map.insert(LockId::new((i % 3) as i32, i.to_string().as_bytes()), i);
         }
         for i in 0..10_000usize {
-            let id = LockId::new((i % 3) as i32, i.to_string().into_bytes());
+            let id = LockId::new((i % 3) as i32, i.to_string().as_bytes());
             assert_eq!(map.get(&id), Some(&i));
             assert_eq!(map.get(&id.in_db(7)), None);
         }

@@ -21,6 +21,7 @@ pub mod record;
 pub mod release;
 pub mod schedule;
 pub mod settings;
+pub mod short_bytes;
 pub mod slot;
 pub mod swapdb;
 pub mod token;

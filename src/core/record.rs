@@ -47,26 +47,9 @@ pub struct Record {
 impl Record {
     pub fn new(lock: LockRef<'_>) -> Record {
         LIVE.fetch_add(1, Relaxed);
-        let token = lock.token();
-        assert!(
-            token.len() <= MAX_TOKEN_LEN,
-            "token length checked by the parser"
-        );
-        let data = lock.data();
-        assert!(
-            data.is_none_or(|d| d.len() <= MAX_DATA_LEN),
-            "data length checked by the parser"
-        );
-        let mut bytes = Vec::with_capacity(single_size(lock));
-        bytes.extend_from_slice(&lock.fence().to_le_bytes());
-        let flag = if data.is_some() { WITH_DATA } else { 0 };
-        bytes.extend_from_slice(&(token.len() as u16 | flag).to_le_bytes());
-        bytes.extend_from_slice(token);
-        if let Some(data) = data {
-            bytes.extend_from_slice(&(data.len() as u16).to_le_bytes());
-            bytes.extend_from_slice(data);
-        }
-        let raw = Box::into_raw(bytes.into_boxed_slice()).cast::<u8>();
+        let mut bytes = vec![0u8; single_size(lock)].into_boxed_slice();
+        write_single(&mut bytes, lock);
+        let raw = Box::into_raw(bytes).cast::<u8>();
         // SAFETY: Box::into_raw never returns null.
         Record {
             ptr: unsafe { NonNull::new_unchecked(raw) },
@@ -131,6 +114,30 @@ impl Record {
         unsafe { view(value.cast::<u8>()) }
     }
 
+    /// Writes `lock` over the exclusive lock Redis holds at `value` if both
+    /// take the same bytes (a handoff between tokens of one length), so a
+    /// handoff frees and allocates nothing. False, and nothing written,
+    /// otherwise.
+    ///
+    /// # Safety
+    /// `value` must come from [`Record::into_raw`] and be alive; nothing
+    /// else may read or write it meanwhile, `lock` included.
+    pub unsafe fn overwrite(value: *mut c_void, lock: LockRef<'_>) -> bool {
+        let ptr = value.cast::<u8>();
+        // SAFETY: by the caller's guarantee the pointer is a live record.
+        let Stored::Single(old) = (unsafe { view(ptr) }) else {
+            return false;
+        };
+        let size = single_size(old);
+        if size != single_size(lock) {
+            return false;
+        }
+        // SAFETY: a single record is exactly `size` bytes (`Record::new`),
+        // borrowed by nobody else (the caller's guarantee).
+        write_single(unsafe { std::slice::from_raw_parts_mut(ptr, size) }, lock);
+        true
+    }
+
     /// The holders of a value Redis holds, for changing them in place.
     ///
     /// # Safety
@@ -185,6 +192,31 @@ unsafe fn length_field(ptr: *const u8) -> u16 {
     // checked by a compile-time assertion in `holders`).
     let field = unsafe { std::slice::from_raw_parts(ptr.add(MARK_AT), LEN) };
     u16::from_le_bytes(field.try_into().unwrap_or_default())
+}
+
+/// Lays `lock` out as a single record in `out`, which has its size.
+fn write_single(out: &mut [u8], lock: LockRef<'_>) {
+    let token = lock.token();
+    assert!(
+        token.len() <= MAX_TOKEN_LEN,
+        "token length checked by the parser"
+    );
+    let data = lock.data();
+    assert!(
+        data.is_none_or(|d| d.len() <= MAX_DATA_LEN),
+        "data length checked by the parser"
+    );
+    let flag = if data.is_some() { WITH_DATA } else { 0 };
+    let (header, rest) = out.split_at_mut(HEADER);
+    header[..FENCE].copy_from_slice(&lock.fence().to_le_bytes());
+    header[FENCE..].copy_from_slice(&(token.len() as u16 | flag).to_le_bytes());
+    let (token_at, rest) = rest.split_at_mut(token.len());
+    token_at.copy_from_slice(token);
+    if let Some(data) = data {
+        let (len_at, data_at) = rest.split_at_mut(LEN);
+        len_at.copy_from_slice(&(data.len() as u16).to_le_bytes());
+        data_at.copy_from_slice(data);
+    }
 }
 
 /// The bytes of a single record holding `lock`.
@@ -282,6 +314,40 @@ mod tests {
         }
         let plain = Record::new(LockRef::new(b"t", 9));
         assert!(matches!(plain.view(), Stored::Single(l) if l.data().is_none()));
+    }
+
+    #[test]
+    fn a_lock_of_the_same_size_is_written_where_it_stands() {
+        let raw = Record::new(LockRef::new(b"first", 7)).into_raw();
+        let same = LockRef::new(b"other", 8);
+        // SAFETY: `raw` came from `into_raw`; nothing else uses it.
+        assert!(unsafe { Record::overwrite(raw, same) });
+        // SAFETY: as above.
+        assert!(matches!(unsafe { Record::borrow_raw(raw) }, Stored::Single(l) if l == same));
+        // The same size with data: the layout follows the new lock.
+        let with_data = LockRef::new(b"o", 9).with_data(Some(b"ab"));
+        // SAFETY: as above.
+        assert!(unsafe { Record::overwrite(raw, with_data) });
+        // SAFETY: as above.
+        assert!(matches!(unsafe { Record::borrow_raw(raw) }, Stored::Single(l) if l == with_data));
+        for other in [LockRef::new(b"longer", 10), LockRef::new(b"o", 10)] {
+            // SAFETY: as above.
+            assert!(!unsafe { Record::overwrite(raw, other) }, "another size");
+            // SAFETY: as above.
+            assert!(
+                matches!(unsafe { Record::borrow_raw(raw) }, Stored::Single(l) if l == with_data)
+            );
+        }
+        // SAFETY: as above; taking it back frees it, with its size, once.
+        drop(unsafe { Record::from_raw(raw) });
+        let multi = Record::new_multi(Holders::new(crate::core::holders::Kind::Shared)).into_raw();
+        // SAFETY: as above.
+        assert!(
+            !unsafe { Record::overwrite(multi, LockRef::new(b"t", 1)) },
+            "holders stay"
+        );
+        // SAFETY: as above.
+        drop(unsafe { Record::from_raw(multi) });
     }
 
     #[test]

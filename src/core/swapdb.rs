@@ -101,7 +101,7 @@ mod tests {
     }
 
     fn lock(db: i32, name: &str) -> LockId {
-        LockId::new(db, name.as_bytes().to_vec())
+        LockId::new(db, name.as_bytes())
     }
 
     #[test]

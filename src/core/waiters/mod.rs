@@ -9,10 +9,12 @@
 //! says when it is its turn).
 
 mod multi;
+mod queue;
 
 pub use multi::Head;
+use queue::Queue;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
 
 use super::grant::LockKind;
@@ -76,7 +78,7 @@ impl<K, R> Waiter<K, R> {
 /// O(log n) whatever its place (many waiters timing out together cost
 /// O(n log n), not O(n²)).
 pub struct Waiters<I, K, R, S = RandomState> {
-    queues: HashMap<K, BTreeMap<u64, I>, S>,
+    queues: HashMap<K, Queue<I>, S>,
     waiters: HashMap<I, Waiter<K, R>, BuildHasherDefault<IdHasher>>,
     next_seq: u64,
     queued: usize,
@@ -143,12 +145,12 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
 
     /// Number of clients waiting for `lock`.
     pub fn count(&self, lock: &K) -> usize {
-        self.queues.get(lock).map_or(0, BTreeMap::len)
+        self.queues.get(lock).map_or(0, Queue::len)
     }
 
     /// The first waiter of `lock`.
     pub fn head(&self, lock: &K) -> Option<(I, &R)> {
-        let (_, &id) = self.queues.get(lock)?.first_key_value()?;
+        let (_, id) = self.queues.get(lock)?.first()?;
         Some((id, &self.waiters.get(&id)?.request))
     }
 
@@ -157,8 +159,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
         self.queues
             .get(lock)
             .into_iter()
-            .flat_map(|q| q.values())
-            .filter_map(|id| Some((*id, &self.waiters.get(id)?.request)))
+            .flat_map(Queue::ids)
+            .filter_map(|id| Some((id, &self.waiters.get(&id)?.request)))
     }
 
     /// Marks `id` as granted and takes it out of the queue; false if it is
@@ -193,7 +195,7 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
         let ids: Vec<I> = self
             .queues
             .remove(lock)
-            .map(|q| q.into_values().collect())
+            .map(Queue::into_ids)
             .unwrap_or_default();
         self.queued -= ids.len();
         let mut elsewhere = Vec::new();
@@ -236,11 +238,11 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
         let mut headed = 0;
         if waiter.stage == Stage::Waiting {
             for (i, lock) in waiter.locks().enumerate() {
-                let first = self.queues.get(lock).and_then(|q| q.first_key_value());
+                let first = self.queues.get(lock).and_then(Queue::first);
                 if i >= 64 {
                     // Beyond what a request names: counted as first.
                     headed = u64::MAX;
-                } else if first.is_some_and(|(seq, _)| *seq == waiter.seq) {
+                } else if first.is_some_and(|(seq, _)| seq == waiter.seq) {
                     headed |= 1 << i;
                 }
             }
@@ -281,8 +283,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
 
 /// Takes a waiter out of the queues of `locks`, all of its locks; whether
 /// it stood in any (it counted as queued).
-fn unqueue<'a, I, K: Hash + Eq + 'a, S: BuildHasher>(
-    queues: &mut HashMap<K, BTreeMap<u64, I>, S>,
+fn unqueue<'a, I: Copy, K: Hash + Eq + 'a, S: BuildHasher>(
+    queues: &mut HashMap<K, Queue<I>, S>,
     seq: u64,
     locks: impl Iterator<Item = &'a K>,
 ) -> bool {
@@ -295,15 +297,15 @@ fn unqueue<'a, I, K: Hash + Eq + 'a, S: BuildHasher>(
 
 /// Takes the entry `seq` out of the queue of `lock`, and the queue once it
 /// is empty; whether the entry was there.
-fn drop_entry<I, K: Hash + Eq, S: BuildHasher>(
-    queues: &mut HashMap<K, BTreeMap<u64, I>, S>,
+fn drop_entry<I: Copy, K: Hash + Eq, S: BuildHasher>(
+    queues: &mut HashMap<K, Queue<I>, S>,
     seq: u64,
     lock: &K,
 ) -> bool {
     let Some(queue) = queues.get_mut(lock) else {
         return false;
     };
-    let removed = queue.remove(&seq).is_some();
+    let removed = queue.remove(seq);
     if queue.is_empty() {
         queues.remove(lock);
         give_back_room(queues);

@@ -20,9 +20,7 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use std::collections::BTreeMap;
-
-use super::{Stage, Waiters};
+use super::{Queue, Stage, Waiters};
 
 /// The first waiter of a lock, as far as whose turn it is goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,8 +51,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
         (self.head_in(queue), queue.len())
     }
 
-    fn head_in(&self, queue: &BTreeMap<u64, I>) -> Head<I> {
-        let Some((_, &id)) = queue.first_key_value() else {
+    fn head_in(&self, queue: &Queue<I>) -> Head<I> {
+        let Some((_, id)) = queue.first() else {
             return Head::Empty;
         };
         let Some(waiter) = self.waiters.get(&id) else {
@@ -78,8 +76,8 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
             && waiter.locks().all(|k| {
                 self.queues
                     .get(k)
-                    .and_then(|q| q.first_key_value())
-                    .is_some_and(|(&seq, _)| seq == waiter.seq)
+                    .and_then(Queue::first)
+                    .is_some_and(|(seq, _)| seq == waiter.seq)
             })
     }
 
@@ -89,10 +87,10 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
         self.queues
             .get(lock)
             .into_iter()
-            .flat_map(|q| q.values())
+            .flat_map(Queue::ids)
             .map_while(|id| {
-                let w = self.waiters.get(id)?;
-                (!w.is_multi()).then_some((*id, &w.request))
+                let w = self.waiters.get(&id)?;
+                (!w.is_multi()).then_some((id, &w.request))
             })
     }
 

@@ -96,6 +96,6 @@ pub fn copy_target(opt: *mut raw::RedisModuleKeyOptCtx) -> crate::core::lock_id:
     unsafe {
         let db = raw::RedisModule_GetToDbIdFromOptCtx.unwrap()(opt);
         let name = raw::RedisModule_GetToKeyNameFromOptCtx.unwrap()(opt);
-        crate::core::lock_id::LockId::new(db, RedisString::string_as_slice(name).to_vec())
+        crate::core::lock_id::LockId::new(db, RedisString::string_as_slice(name))
     }
 }

@@ -68,7 +68,7 @@ pub fn io_key(io: *mut raw::RedisModuleIO) -> Option<crate::core::lock_id::LockI
         let db = raw::RedisModule_GetDbIdFromIO?(io);
         Some(crate::core::lock_id::LockId::new(
             db,
-            redis_module::RedisString::string_as_slice(name).to_vec(),
+            redis_module::RedisString::string_as_slice(name),
         ))
     }
 }

@@ -138,6 +138,16 @@ impl LockKey {
         if self.kind() != KeyKind::Lock {
             return false;
         }
+        // SAFETY: the key holds one of our records, open for writing; `lock`
+        // cannot borrow from it while `self` is borrowed mutably.
+        if unsafe {
+            Record::overwrite(
+                raw::RedisModule_ModuleTypeGetValue.unwrap()(self.raw()),
+                lock,
+            )
+        } {
+            return true;
+        }
         let value = Record::new(lock).into_raw();
         let mut old = std::ptr::null_mut();
         // SAFETY: the key is open for writing and holds a value of our type;

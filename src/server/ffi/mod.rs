@@ -56,7 +56,7 @@ pub use crate::core::bindings::LockId;
 
 /// The lock `name` in the context's database.
 pub fn lock_id(ctx: &Context, name: &[u8]) -> LockId {
-    LockId::new(selected_db(ctx), name.to_vec())
+    LockId::new(selected_db(ctx), name)
 }
 
 /// Points a context (a timer's, say) at database `db`.

@@ -55,13 +55,13 @@ pub fn on_lock_unlinked(db: i32, key: &[u8], with_holders: bool, value: usize) {
         // If the value is not freed, it moved under a name no event
         // tells (RENAME, MOVE): every observer looks again.
         observing::unlinked(value);
-        observed::changed_id(&LockId::new(db, key.to_vec()));
+        observed::changed_id(&LockId::new(db, key));
     }
     if !with_holders && !ephemeral::any() && waiting::is_empty() {
         // The common case, on every expiry and release: nothing to do.
         return;
     }
-    let id = LockId::new(db, key.to_vec());
+    let id = LockId::new(db, key);
     ephemeral::unbind(&id);
     if with_holders {
         scheduler::cancel(&Job::Leases(id.clone()));

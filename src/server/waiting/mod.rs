@@ -22,6 +22,7 @@ use redis_module::{raw, Context, RedisString};
 use crate::core::errors::LockError;
 use crate::core::grant::Want;
 use crate::core::lock_id::PrehashedState;
+use crate::core::short_bytes::ShortBytes;
 use crate::core::waiters::{Head, Refusal, Stage, Waiter, Waiters};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
@@ -32,11 +33,15 @@ mod multi;
 use multi::serve_locks_of;
 pub use multi::*;
 
-/// What a waiter asked for. Shared, not copied, when the lock layer reads
-/// it to grant it.
+/// Tokens up to this long are kept in the request itself: a generated
+/// token (32 bytes) and a UUID (36) need no allocation per wait.
+const INLINE_TOKEN: usize = 38;
+
+/// What a waiter asked for. Cheap to copy when the lock layer reads it to
+/// grant it: a long token or data is shared, not copied.
 #[derive(Clone)]
 pub struct Request {
-    pub token: Rc<[u8]>,
+    pub token: ShortBytes<INLINE_TOKEN>,
     pub ttl_ms: u64,
     /// Exclusive, shared, or a semaphore place.
     pub want: Want,
@@ -55,7 +60,7 @@ impl Request {
         data: Option<&[u8]>,
     ) -> Request {
         Request {
-            token: Rc::from(token),
+            token: ShortBytes::new(token),
             ttl_ms,
             want,
             bind_to,
