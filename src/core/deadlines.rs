@@ -5,6 +5,7 @@
 //! no allocation per deadline, unlike [`super::schedule::Schedule`], whose
 //! jobs own key names.
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{BuildHasherDefault, Hash};
 
@@ -33,15 +34,22 @@ impl<I: Copy + Ord + Hash> Deadlines<I> {
     /// true if it had none.
     pub fn set_earlier(&mut self, id: I, at: i64) -> bool {
         let seq = self.next_seq;
-        match self.due.get(&id) {
-            Some(&(old, _)) if old <= at => return false,
-            Some(&(old, old_seq)) => {
+        let new = match self.due.entry(id) {
+            Entry::Occupied(mut due) => {
+                let (old, old_seq) = *due.get();
+                if old <= at {
+                    return false;
+                }
                 self.queue.remove(&(old, old_seq, id));
+                due.insert((at, seq));
+                false
             }
-            None => {}
-        }
+            Entry::Vacant(due) => {
+                due.insert((at, seq));
+                true
+            }
+        };
         self.next_seq += 1;
-        let new = self.due.insert(id, (at, seq)).is_none();
         self.queue.insert((at, seq, id));
         new
     }
@@ -51,7 +59,14 @@ impl<I: Copy + Ord + Hash> Deadlines<I> {
         let Some((at, seq)) = self.due.remove(id) else {
             return false;
         };
-        self.queue.remove(&(at, seq, *id));
+        let entry = (at, seq, *id);
+        // Waiters with one timeout are granted in the order of their
+        // deadlines: the one taken out is most often the earliest.
+        if self.queue.first() == Some(&entry) {
+            self.queue.pop_first();
+        } else {
+            self.queue.remove(&entry);
+        }
         give_back_room(&mut self.due);
         true
     }

@@ -1,21 +1,22 @@
 //! A lock by database and key name, hashed once.
 //!
 //! Lock names come from clients, so the tables keyed by them need a keyed
-//! hash (SipHash with a random key per process) or a client could steer
+//! hash (SipHash with a random key per process, as `std`'s maps use) or a client could steer
 //! every name into one bucket. Working it out is most of a lookup's cost,
 //! and one handoff looks a lock up several times: the id keeps its hash
 //! from when it was made, and tables keyed by ids (`PrehashedState`) use
 //! that hash, folded once.
 
 use std::cmp::Ordering;
-use std::hash::{BuildHasher, BuildHasherDefault, Hash, Hasher, RandomState};
-
-use super::short_bytes::ShortBytes;
-use super::waiters::IdHasher;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::sync::OnceLock;
 
+use super::short_bytes::ShortBytes;
+use super::siphash::{hash_name_db, SipKey};
+use super::waiters::IdHasher;
+
 /// The process's key for lock-name hashes.
-static KEY: OnceLock<RandomState> = OnceLock::new();
+static KEY: OnceLock<SipKey> = OnceLock::new();
 
 /// Names up to this long are kept in the id itself (see [`ShortBytes`]).
 const INLINE_NAME: usize = 30;
@@ -32,15 +33,10 @@ pub struct LockId {
 
 impl LockId {
     pub fn new(db: i32, name: &[u8]) -> LockId {
-        // Two writes, not the three a tuple's hash makes: the name (any
-        // length), then the database (fixed width, so no two pairs meet).
-        let mut hasher = KEY.get_or_init(RandomState::new).build_hasher();
-        hasher.write(name);
-        hasher.write_i32(db);
         LockId {
             db,
             name: ShortBytes::new(name),
-            hash: hasher.finish(),
+            hash: hash_name_db(*KEY.get_or_init(SipKey::random), name, db),
         }
     }
 

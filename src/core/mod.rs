@@ -22,6 +22,7 @@ pub mod release;
 pub mod schedule;
 pub mod settings;
 pub mod short_bytes;
+mod siphash;
 pub mod slot;
 pub mod swapdb;
 pub mod token;

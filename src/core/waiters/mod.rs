@@ -167,26 +167,30 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
     /// not waiting.
     #[must_use]
     pub fn grant(&mut self, id: I, fence: u64) -> bool {
+        self.settle(id, Stage::Granted { fence }).is_some()
+    }
+
+    /// `grant`, handing back what `id` asked for (for the caller to take
+    /// what it keeps with the wait) in the same look-up.
+    pub fn grant_request(&mut self, id: I, fence: u64) -> Option<&mut R> {
         self.settle(id, Stage::Granted { fence })
     }
 
     /// Sends `id` away without the lock; false if it is not waiting.
     #[must_use]
     pub fn refuse(&mut self, id: I, why: Refusal) -> bool {
-        self.settle(id, Stage::Refused(why))
+        self.settle(id, Stage::Refused(why)).is_some()
     }
 
-    fn settle(&mut self, id: I, stage: Stage) -> bool {
-        let Some(waiter) = self.waiters.get_mut(&id) else {
-            return false;
-        };
+    fn settle(&mut self, id: I, stage: Stage) -> Option<&mut R> {
+        let waiter = self.waiters.get_mut(&id)?;
         if waiter.stage != Stage::Waiting {
-            return false;
+            return None;
         }
         waiter.stage = stage;
         let was_queued = unqueue(&mut self.queues, waiter.seq, waiter.locks());
         self.queued -= usize::from(was_queued);
-        true
+        Some(&mut waiter.request)
     }
 
     /// Takes every waiter of `lock` out of its queue as refused, and returns

@@ -269,8 +269,9 @@ pub fn request(handle: BlockedId) -> Option<Request> {
 pub fn granted(handle: BlockedId, fence: u64) {
     scheduler::cancel(&Job::Deadline(handle));
     // A wait that ended already has given up its handle.
-    if with(|w| w.grant(handle, fence)) {
-        unblock(handle);
+    let client = with(|w| w.grant_request(handle, fence).and_then(|x| x.client.take()));
+    if let Some(client) = client {
+        client.unblock();
     }
 }
 

@@ -226,7 +226,7 @@ fn random_keys(rng: &mut Rng) -> Vec<u8> {
 #[test]
 fn random_key_sets_never_deadlock_nor_overtake() {
     for seed in 1..=300u64 {
-        let mut rng = Rng(seed * 0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let mut m = Model::default();
         let mut next_id = 0;
         for _ in 0..200 {
