@@ -45,11 +45,7 @@ fn sip<const C: usize, const D: usize>(key: SipKey, name: &[u8], db: i32) -> u64
     // What is left of the name (0 to 7 bytes), then the database (4): 4
     // to 11 bytes, so one more full block at most, then the last one.
     let rest = blocks.remainder();
-    let mut tail = rest
-        .iter()
-        .rev()
-        .fold(0u128, |acc, &b| (acc << 8) | u128::from(b));
-    tail |= u128::from(db as u32) << (8 * rest.len());
+    let mut tail = u128::from(load_short(rest)) | (u128::from(db as u32) << (8 * rest.len()));
     let mut tail_len = rest.len() + 4;
     if tail_len >= 8 {
         compress(&mut v, tail as u64);
@@ -64,6 +60,28 @@ fn sip<const C: usize, const D: usize>(key: SipKey, name: &[u8], db: i32) -> u64
         round(&mut v);
     }
     v[0] ^ v[1] ^ v[2] ^ v[3]
+}
+
+/// Up to 7 bytes as a little-endian number, in two loads that may
+/// overlap (the bytes they share are the same), not one per byte.
+#[inline(always)]
+fn load_short(bytes: &[u8]) -> u64 {
+    let n = bytes.len();
+    debug_assert!(n < 8);
+    let word = |at: usize| {
+        u64::from(u32::from_le_bytes(
+            bytes[at..at + 4].try_into().unwrap_or_default(),
+        ))
+    };
+    match n {
+        0 => 0,
+        1..=3 => {
+            u64::from(bytes[0])
+                | (u64::from(bytes[n / 2]) << (8 * (n / 2)))
+                | (u64::from(bytes[n - 1]) << (8 * (n - 1)))
+        }
+        _ => word(0) | (word(n - 4) << (8 * (n - 4))),
+    }
 }
 
 #[inline(always)]
@@ -102,6 +120,18 @@ mod tests {
                 reference.write(&db.to_le_bytes());
                 assert_eq!(sip::<2, 4>(key, name, db), reference.finish(), "{len} {db}");
             }
+        }
+    }
+
+    #[test]
+    fn short_loads_read_every_byte_in_place() {
+        for n in 0..8usize {
+            let bytes: Vec<u8> = (1..=n as u8).map(|b| b * 17).collect();
+            let expect = bytes
+                .iter()
+                .rev()
+                .fold(0u64, |acc, &b| (acc << 8) | u64::from(b));
+            assert_eq!(load_short(&bytes), expect, "{n} bytes");
         }
     }
 

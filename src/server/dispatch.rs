@@ -4,7 +4,7 @@
 
 use std::ffi::{c_int, CStr};
 
-use redis_module::{raw, Context, RedisString};
+use redis_module::{raw, Context, RedisString, RedisValue};
 
 use crate::core::{effects, numbers};
 use crate::server::command::{Call, Reply};
@@ -65,6 +65,10 @@ fn dispatch(
         }
         handler(&call)
     }) {
+        // The answers of the hot path (a release's count, a wait) without
+        // the general reply's match over every kind of value.
+        Ok(RedisValue::NoReply) => raw::REDISMODULE_OK as c_int,
+        Ok(RedisValue::Integer(n)) => raw::reply_with_long_long(ctx.ctx, n) as c_int,
         Ok(value) => ctx.reply(Ok(value)) as c_int,
         Err(e) => reply::error(&ctx, &e) as c_int,
     };
