@@ -13,7 +13,7 @@ points (inclusive, per section) side by side for the module and the floor,
 and the functions whose own instructions differ most between them.
 
 Usage: handoff_callgrind.py --server BIN [--server BIN ...] --module libredislock.so
-       [--sections 4000] [--out bench/handoff-callgrind.md]
+       [--sections 4000] [--reps 3] [--out bench/handoff-callgrind.md]
 Not part of `make bench` (a few minutes per server); run it by hand.
 """
 
@@ -118,7 +118,7 @@ class Profiled:
         subprocess.run(["callgrind_control"] + list(args) + [str(self.proc.pid)],
                        capture_output=True, check=True)
 
-    def measure(self, side, per_worker):
+    def measure(self, side, per_worker, label=None):
         self.c.call("DEL", KEY)
         if side == "native":
             self.c.call("RPUSH", KEY, "token")
@@ -133,7 +133,7 @@ class Profiled:
         self.control("-z")
         go.set()
         done = sum(out.get(timeout=900) for _ in procs)
-        self.control("-d", side)
+        self.control("-d", label or side)
         self.control("-i", "off")
         for p in procs:
             p.join()
@@ -238,6 +238,7 @@ def main():
     ap.add_argument("--server", action="append", required=True)
     ap.add_argument("--module", required=True)
     ap.add_argument("--sections", type=int, default=4000)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default="")
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="redislock-handoff.")
@@ -251,7 +252,7 @@ def main():
                  "bench/floor/lockfloor.c loaded, instrumentation on only while the clients run. Module: sha256 "
                  "%s…" % sha, ""]
         for server in a.server:
-            lines += report(server, a.module, floor, work, max(1, a.sections // WORKERS)) + [""]
+            lines += report(server, a.module, floor, work, max(1, a.sections // WORKERS), max(1, a.reps)) + [""]
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = "\n".join(lines)
@@ -262,12 +263,20 @@ def main():
     return 0
 
 
-def report(server, module, floor, work, per_worker):
+HOT_SIDES = ("module", "floor", "floor-timeout", "native")
+
+
+def report(server, module, floor, work, per_worker, reps):
     version = subprocess.run([server, "--version"], capture_output=True, text=True).stdout.split(" sha=")[0]
     prof_dir = tempfile.mkdtemp(dir=work)
     p = Profiled(server, module, floor, prof_dir)
     try:
-        n = {side: p.measure(side, per_worker) for side in ("module", "floor", "floor-timeout", "native")}
+        n = {side: p.measure(side, per_worker) for side in HOT_SIDES}
+        # More runs of each side, alternating: the whole server's count
+        # moves from run to run with how many sections a turn of the event
+        # loop serves, so the headline figures are medians.
+        again = {(side, r): p.measure(side, per_worker, "%s-%d" % (side, r))
+                 for r in range(1, reps) for side in HOT_SIDES}
         gone = {side: p.measure_disconnect(side, DISCONNECT_WAITERS) for side in ("module", "floor", "native")}
     finally:
         p.stop()
@@ -280,17 +289,30 @@ def report(server, module, floor, work, per_worker):
     def per(side, v):
         return v / n[side]
 
+    totals = {side: sorted([per(side, incl[side][0])] +
+                           [profile(paths["%s-%d" % (side, r)], True)[0] / again[(side, r)]
+                            for r in range(1, reps)])
+              for side in HOT_SIDES}
+
+    def median(side):
+        t = totals[side]
+        return t[len(t) // 2] if len(t) % 2 else (t[len(t) // 2 - 1] + t[len(t) // 2]) / 2
+
     lines = ["## %s" % version, "",
              "Instructions per critical section, whole server (%d clients, %d sections per side). Module: "
              "`LOCK.ACQUIRE hot <token> PX 10000 BLOCK 5000`, `LOCK.RELEASE`; floor: `FLOOR.ACQUIRE hot <token> 0` "
              "(no deadline), `FLOOR.RELEASE`; floor with timeout: the same with 5000 (the server's own "
-             "blocked-client timeout, as BLPOP's); BLPOP: `BLPOP hot 5`, `RPUSH`." % (WORKERS, n["module"]), "",
+             "blocked-client timeout, as BLPOP's); BLPOP: `BLPOP hot 5`, `RPUSH`. Medians of %d runs per "
+             "side, alternating; the range of the runs below. The tables after it are of the first run." % (
+                 WORKERS, n["module"], reps), "",
              "| module | lock floor | floor with timeout | BLPOP | module / floor | module / BLPOP "
              "| floor / BLPOP |",
              "|---|---|---|---|---|---|---|"]
-    tm, tf, tt, tn = (per(s, incl[s][0]) for s in ("module", "floor", "floor-timeout", "native"))
+    tm, tf, tt, tn = (median(s) for s in HOT_SIDES)
     lines.append("| {:,.0f} | {:,.0f} | {:,.0f} | {:,.0f} | {:.2f} | {:.2f} | {:.2f} |".format(
         tm, tf, tt, tn, tm / tf, tm / tn, tf / tn))
+    lines.append("| {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | | | |".format(
+        *(x for side in HOT_SIDES for x in (totals[side][0], totals[side][-1]))))
     lines += ["", "The module API and the server's blocking machinery, inclusive instructions and calls, "
               "per section:", "",
               "| part | module | lock floor | module − floor | calls: module | calls: floor |",
