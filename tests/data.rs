@@ -157,6 +157,68 @@ fn a_waiter_is_handed_the_lock_with_its_own_data() {
     assert_eq!(digest(&master), digest(&replica));
 }
 
+/// A handoff to a hold that takes as many bytes as the one it ends rewrites the lock where it
+/// stands, whatever each one's layout: a 13-byte token without data, a 1-byte token with 10
+/// bytes of data and a 13-byte token again take 23 bytes each. Each new holder's token, fence
+/// and data (or none) read back exactly, and so on a replica and after DEBUG RELOAD.
+#[test]
+fn handoffs_between_holds_of_one_size_are_exact() {
+    let master = Server::start();
+    let replica = Server::start_replica_of(&master);
+    let mut m = master.conn();
+    let first = acquire(&mut m, "s", b"aaaaaaaaaaaaa", 60_000)
+        .expect("free")
+        .1;
+    let usage = |c: &mut Connection| as_int(&ok(c, &rcmd!("MEMORY", "USAGE", "s")));
+    let before = usage(&mut m);
+    let steps = [
+        ("b", Some("cccccccccc")),
+        ("ddddddddddddd", None),
+        ("e", Some("ffffffffff")),
+    ];
+    let mut holder = "aaaaaaaaaaaaa";
+    let mut fence = first;
+    for (token, data) in steps {
+        let options = match data {
+            Some(d) => vec!["DATA", d],
+            None => vec![],
+        };
+        let waiter = spawn_waiter_with(&master, "s", token, 60_000, 10_000, &options);
+        wait_waiters(&mut m, "s", 1);
+        assert_eq!(release(&mut m, "s", holder.as_bytes()), 1);
+        let (got, got_fence) = waiter.granted();
+        assert_eq!(got, token.as_bytes());
+        assert!(got_fence > fence, "{got_fence} after {fence}");
+        let now = info_some(&mut m, "s");
+        assert_eq!(
+            (now.token.as_slice(), now.fence),
+            (token.as_bytes(), got_fence)
+        );
+        assert_eq!(
+            data_of(&mut m, "s").as_deref(),
+            data.map(str::as_bytes),
+            "after the handoff to {token}"
+        );
+        assert_eq!(usage(&mut m), before, "the same bytes, the same block");
+        holder = token;
+        fence = got_fence;
+    }
+    wait_replica_caught_up(&master, &replica);
+    let digest = |s: &Server| ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST"));
+    assert_eq!(digest(&master), digest(&replica));
+    assert_eq!(
+        data_of(&mut replica.conn(), "s").as_deref(),
+        Some(&b"ffffffffff"[..])
+    );
+    ok(&mut m, &rcmd!("DEBUG", "RELOAD"));
+    let reloaded = info_some(&mut m, "s");
+    assert_eq!(
+        (reloaded.token.as_slice(), reloaded.fence),
+        (&b"e"[..], fence)
+    );
+    assert_eq!(data_of(&mut m, "s").as_deref(), Some(&b"ffffffffff"[..]));
+}
+
 #[test]
 fn data_survives_replicas_reloads_restarts_and_restores() {
     for preamble in ["no", "yes"] {

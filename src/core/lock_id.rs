@@ -1,11 +1,11 @@
 //! A lock by database and key name, hashed once.
 //!
 //! Lock names come from clients, so the tables keyed by them need a keyed
-//! hash (SipHash with a random key per process, as `std`'s maps use) or a client could steer
-//! every name into one bucket. Working it out is most of a lookup's cost,
-//! and one handoff looks a lock up several times: the id keeps its hash
-//! from when it was made, and tables keyed by ids (`PrehashedState`) use
-//! that hash, folded once.
+//! hash (SipHash with a random key per process, as `std`'s maps use) or a
+//! client could steer every name into one bucket. Working it out is most
+//! of a lookup's cost, and one handoff looks a lock up several times: the
+//! id keeps its hash from when it was made, and tables keyed by ids
+//! (`PrehashedState`) use that hash, folded once.
 
 use std::cmp::Ordering;
 use std::hash::{BuildHasherDefault, Hash, Hasher};

@@ -47,12 +47,6 @@ impl<const N: usize> Deref for ShortBytes<N> {
     }
 }
 
-impl<const N: usize> AsRef<[u8]> for ShortBytes<N> {
-    fn as_ref(&self) -> &[u8] {
-        self.as_slice()
-    }
-}
-
 impl<const N: usize> PartialEq for ShortBytes<N> {
     fn eq(&self, other: &Self) -> bool {
         self.as_slice() == other.as_slice()
