@@ -45,6 +45,19 @@ pub enum Refusal {
     OtherMode,
 }
 
+/// A waiter that left its queues (`Waiters::leave`). Bit `i` of each mask
+/// is of its `i`-th lock (`Waiter::locks` order; a request names at most
+/// 64, and any beyond share the last bit).
+#[derive(Debug)]
+pub struct Left<K, R> {
+    pub waiter: Waiter<K, R>,
+    /// The queues it stood first in: only a queue's head can have kept the
+    /// others waiting, so only those may have someone to serve now.
+    pub headed: u64,
+    /// The queues where others still wait.
+    pub others: u64,
+}
+
 /// One waiter: the lock it waits for, what it asked for, where it stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiter<K, R> {
@@ -230,33 +243,43 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, S: BuildHasher> Waiters<I, K,
     /// Forgets `id` (replied to, timed out, disconnected) and returns what
     /// it was, so the caller can tell a lost grant from a plain wait.
     pub fn remove(&mut self, id: I) -> Option<Waiter<K, R>> {
-        self.leave(id).map(|(waiter, _)| waiter)
+        self.leave(id).map(|left| left.waiter)
     }
 
     /// `remove`, telling also which of the waiter's queues it stood first
-    /// in: bit `i` for its `i`-th lock (`locks()` order; a request names
-    /// at most 64). Only a queue's head can have kept the others waiting,
-    /// so only those queues may have someone to serve now.
-    pub fn leave(&mut self, id: I) -> Option<(Waiter<K, R>, u64)> {
+    /// in and which still have waiters (see `Left`), with one look-up of
+    /// each queue.
+    pub fn leave(&mut self, id: I) -> Option<Left<K, R>> {
         let waiter = self.waiters.remove(&id)?;
-        let mut headed = 0;
-        if waiter.stage == Stage::Waiting {
-            for (i, lock) in waiter.locks().enumerate() {
-                let first = self.queues.get(lock).and_then(Queue::first);
-                if i >= 64 {
-                    // Beyond what a request names: counted as first.
-                    headed = u64::MAX;
-                } else if first.is_some_and(|(seq, _)| seq == waiter.seq) {
-                    headed |= 1 << i;
+        let (mut headed, mut others) = (0, 0);
+        let mut was_queued = false;
+        for (i, lock) in waiter.locks().enumerate() {
+            let bit = 1 << i.min(63);
+            let Some(queue) = self.queues.get_mut(lock) else {
+                continue;
+            };
+            if waiter.stage == Stage::Waiting {
+                if queue.first().is_some_and(|(seq, _)| seq == waiter.seq) {
+                    headed |= bit;
+                }
+                was_queued |= queue.remove(waiter.seq);
+                if queue.is_empty() {
+                    self.queues.remove(lock);
+                    give_back_room(&mut self.queues);
+                    continue;
                 }
             }
-            let was_queued = unqueue(&mut self.queues, waiter.seq, waiter.locks());
-            self.queued -= usize::from(was_queued);
+            others |= bit;
         }
+        self.queued -= usize::from(was_queued);
         // A burst of waiters grows the maps; once it is served, their room
         // goes back to the allocator as the server's own clients' does.
         give_back_room(&mut self.waiters);
-        Some((waiter, headed))
+        Some(Left {
+            waiter,
+            headed,
+            others,
+        })
     }
 
     pub fn get(&self, id: I) -> Option<&Waiter<K, R>> {

@@ -144,15 +144,27 @@ fn a_leaving_waiter_tells_which_queues_it_stood_first_in() {
     }
     // 4 waits for "b" (alone there) and "a" (behind 1, 2, 3).
     w.enqueue_all(4, "b", vec!["a"], "x");
-    let (gone, headed) = w.leave(2).unwrap();
+    let gone = w.leave(2).unwrap();
     assert_eq!(
-        (gone.stage, headed),
-        (Stage::Waiting, 0),
+        (gone.waiter.stage, gone.headed, gone.others),
+        (Stage::Waiting, 0, 0b1),
         "behind 1: kept nobody"
     );
-    assert_eq!(w.leave(1).unwrap().1, 0b1, "first in its one queue");
-    assert_eq!(w.leave(4).unwrap().1, 0b01, "first in \"b\", not in \"a\"");
+    let first = w.leave(1).unwrap();
+    assert_eq!(
+        (first.headed, first.others),
+        (0b1, 0b1),
+        "first in its queue"
+    );
+    let both = w.leave(4).unwrap();
+    assert_eq!(both.headed, 0b01, "first in \"b\", not in \"a\"");
+    assert_eq!(both.others, 0b10, "alone in \"b\", 3 still waits in \"a\"");
     assert!(w.grant(3, 7));
-    assert_eq!(w.leave(3).unwrap().1, 0, "a granted waiter is in no queue");
+    let granted = w.leave(3).unwrap();
+    assert_eq!(
+        (granted.headed, granted.others),
+        (0, 0),
+        "a granted waiter is in no queue, and nobody else waits"
+    );
     assert!(w.leave(3).is_none());
 }

@@ -80,6 +80,8 @@ struct Wait {
     /// Asked by `LOCK.ACQUIREALL` (of one key or more): answered
     /// `[token, [fence, …]]`.
     all: bool,
+    /// It waits with a deadline (`BLOCK` with a timeout).
+    deadline: bool,
 }
 
 impl Wait {
@@ -126,18 +128,20 @@ pub fn total() -> usize {
 /// Forgets a waiter that was answered or left, with its deadline; and the
 /// lock's pending look-again once nobody waits for it.
 fn forget(handle: BlockedId) -> Option<Waiter<LockId, Wait>> {
-    let Some((waiter, headed)) = with(|w| w.leave(handle)) else {
+    let Some(left) = with(|w| w.leave(handle)) else {
         scheduler::cancel(&Job::Deadline(handle));
         return None;
     };
+    let waiter = left.waiter;
     // A wait that was granted or refused lost its deadline then.
-    if waiter.stage == Stage::Waiting {
+    if waiter.stage == Stage::Waiting && waiter.request.deadline {
         scheduler::cancel(&Job::Deadline(handle));
     }
     for (i, lock) in waiter.locks().enumerate() {
-        if with(|w| w.count(lock)) == 0 {
+        let bit = 1 << i.min(63);
+        if left.others & bit == 0 {
             scheduler::cancel(&Job::Serve(lock.clone()));
-        } else if waiter.stage == Stage::Waiting && headed & (1 << i.min(63)) != 0 {
+        } else if waiter.stage == Stage::Waiting && left.headed & bit != 0 {
             // A waiter that leaves (timeout, closed connection) first in a
             // queue may have kept others there that fit now: that lock is
             // looked at again at once. Behind the first, it kept nobody.
@@ -178,6 +182,7 @@ pub fn block(
         client: Some(client),
         fences: Vec::new(),
         all: false,
+        deadline: timeout_ms > 0,
     };
     // The queue keeps the id; the first waiter's look below copies it.
     let first = with(|w| w.enqueue(handle, id, wait));

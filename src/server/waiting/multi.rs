@@ -31,6 +31,7 @@ pub fn block_all(
         client: Some(client),
         fences: Vec::new(),
         all: true,
+        deadline: timeout_ms > 0,
     };
     let mut ids = ids.into_iter();
     let Some(first) = ids.next() else {
