@@ -8,7 +8,7 @@
 #                  random order with BLOCK; no overlap, no stale fence, no timeout, progress)
 #                  for STRESS_MULTI_TORTURE_SECS (default 120) with STRESS_MULTI_TORTURE_WORKERS
 #                  (default 12), and at its short length on the other servers
-#   2. fuzz        the fuzz/ targets (args, record, fence, holders): the seeded random driver
+#   2. fuzz        the fuzz/ targets (args, record, packed, fence, holders): the seeded random driver
 #                  for STRESS_FUZZ_ITERS cases each (default 2000000) or STRESS_FUZZ_DRIVER_SECS
 #                  seconds each (default 60), whichever ends first, then libFuzzer through
 #                  cargo-fuzz for STRESS_FUZZ_SECS each (default 45; 0 skips it)
@@ -54,7 +54,7 @@ MULTI_TORTURE_WORKERS=${STRESS_MULTI_TORTURE_WORKERS:-12}
 FUZZ_ITERS=${STRESS_FUZZ_ITERS:-2000000}
 FUZZ_DRIVER_SECS=${STRESS_FUZZ_DRIVER_SECS:-60}
 FUZZ_SECS=${STRESS_FUZZ_SECS:-45}
-FUZZ_TARGETS="args record fence holders"
+FUZZ_TARGETS="args record packed fence holders"
 COMMAND_CASES=${STRESS_COMMAND_CASES:-100000}
 RESTORE_CASES=${STRESS_RESTORE_CASES:-200000}
 VALGRIND=${STRESS_VALGRIND:-1}

@@ -108,6 +108,18 @@ fn a_bad_module_argument_refuses_to_load() {
     );
     assert!(e.starts_with("ERR"), "{e}");
     assert!(s.log().contains("unknown module argument 'colour'"));
+    let e = err(
+        &mut c,
+        &rcmd!(
+            "MODULE",
+            "LOAD",
+            path.to_str().unwrap(),
+            "rdb-encoding",
+            "2"
+        ),
+    );
+    assert!(e.starts_with("ERR"), "{e}");
+    assert!(s.log().contains("rdb-encoding must be 3 or 4"));
     // A failed load leaves nothing behind that key events or flushes could call into.
     ok(&mut c, &rcmd!("SET", "x", "1", "PX", "1"));
     ok(&mut c, &rcmd!("DEL", "x"));
@@ -119,6 +131,58 @@ fn a_bad_module_argument_refuses_to_load() {
     );
     assert_eq!(config_get(&mut c, "redislock.max-block"), "100");
     grant(&mut c, "k", b"t", 1000);
+}
+
+/// The encoding version in a `DUMP` payload of a lock: the low 10 bits of the module id (a
+/// 64-bit RDB length after the type byte: 0x81 and 8 big-endian bytes).
+fn payload_encoding(payload: &[u8]) -> u64 {
+    assert_eq!(payload[1], 0x81, "module id as a 64-bit length");
+    u64::from_be_bytes(payload[2..10].try_into().unwrap()) & 1023
+}
+
+/// `rdb-encoding 3` writes records as the previous release reads them (a field each), and they
+/// read back exactly: after `DEBUG RELOAD` on the same server, and restored into a server
+/// writing the current version, which writes them as version 4.
+#[test]
+fn rdb_encoding_3_writes_records_that_read_back_exactly() {
+    let old = Server::builder()
+        .module_args(&["rdb-encoding", "3"])
+        .start();
+    let new = Server::start();
+    let (mut o, mut n) = (old.conn(), new.conn());
+    assert_eq!(
+        field(&old.info_text("redislock"), "redislock_rdb_encoding").as_deref(),
+        Some("3")
+    );
+    let lock = |c: &mut Connection, key: &str, token: &str, opts: &[&str]| {
+        let mut cmd = rcmd!("LOCK.ACQUIRE", key, token, "PX", 600_000);
+        cmd.arg(opts);
+        assert!(parse_grant(&ok(c, &cmd)).is_some(), "{key}");
+    };
+    lock(&mut o, "ex", "tok", &[]);
+    lock(&mut o, "ex-data", "tok", &["DATA", "host:1"]);
+    lock(&mut o, "sh", "r1", &["SHARED"]);
+    lock(&mut o, "sh", "r2", &["SHARED", "DATA", "d"]);
+    lock(&mut o, "sem", "p1", &["LIMIT", "3"]);
+    let fence = grant(&mut o, "fenced", b"t", 600_000).1;
+    ok(&mut o, &rcmd!("LOCK.FENCE", "gate", fence, "SET", "x", "1"));
+    let keys = ["ex", "ex-data", "sh", "sem", "fenced", "gate"];
+    // Each key's digest (an array of one).
+    let digests = |c: &mut Connection| keys.map(|k| ok(c, &rcmd!("DEBUG", "DIGEST-VALUE", k)));
+    let before = digests(&mut o);
+    ok(&mut o, &rcmd!("DEBUG", "RELOAD"));
+    assert_eq!(digests(&mut o), before);
+    for key in keys {
+        let payload = as_bytes(&ok(&mut o, &rcmd!("DUMP", key)));
+        assert_eq!(payload_encoding(&payload), 3, "{key}");
+        // With its expiry as it is (a gate has none).
+        let at = pexpiretime(&mut o, key).max(0);
+        let restore = rcmd!("RESTORE", key, at, payload.as_slice(), "ABSTTL");
+        assert_eq!(ok(&mut n, &restore), Value::Okay, "{key}");
+        let again = as_bytes(&ok(&mut n, &rcmd!("DUMP", key)));
+        assert_eq!(payload_encoding(&again), 4, "{key}");
+    }
+    assert_eq!(digests(&mut n), before);
 }
 
 #[test]

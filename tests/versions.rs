@@ -45,10 +45,10 @@ fn module_list_and_info_name_the_release_and_encodings() {
     assert_eq!(ver, Some(release_number(RELEASE)));
     let info = s.info_text("redislock");
     assert_eq!(field(&info, "redislock_version").as_deref(), Some(RELEASE));
-    assert_eq!(field(&info, "redislock_rdb_encoding").as_deref(), Some("3"));
+    assert_eq!(field(&info, "redislock_rdb_encoding").as_deref(), Some("4"));
     assert_eq!(
         field(&info, "redislock_rdb_encodings_read").as_deref(),
-        Some("1-3")
+        Some("1-4")
     );
     assert_eq!(
         field(&info, "redislock_rdb_aux_encoding").as_deref(),
@@ -77,19 +77,19 @@ fn a_record_of_a_newer_encoding_is_refused_with_a_log_line_that_says_why() {
     grant(&mut c, "lock", b"t", 60_000);
     let payload = as_bytes(&ok(&mut c, &rcmd!("DUMP", "lock")));
     // The same payload with its own version restores: the edit itself is sound.
-    let same = with_encoding_version(&payload, 3);
+    let same = with_encoding_version(&payload, 4);
     assert_eq!(same, payload);
-    let newer = with_encoding_version(&payload, 4);
+    let newer = with_encoding_version(&payload, 5);
     let e = err(&mut c, &rcmd!("RESTORE", "copy", 0, newer.as_slice()));
     assert!(e.contains("Bad data format") || e.starts_with("ERR"), "{e}");
     assert!(!exists(&mut c, "copy"));
     let log = s.log();
     let line = log
         .lines()
-        .find(|l| l.contains("cannot read a lock of encoding version 4"))
+        .find(|l| l.contains("cannot read a lock of encoding version 5"))
         .unwrap_or_else(|| panic!("no log line for the refused record:\n{}", s.log_tail(20)));
     assert!(
-        line.contains(&format!("release {RELEASE} reads versions 1 to 3")),
+        line.contains(&format!("release {RELEASE} reads versions 1 to 4")),
         "{line}"
     );
 }

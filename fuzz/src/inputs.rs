@@ -3,6 +3,7 @@
 //! coverage feedback. Each produces bytes in the format its target reads.
 
 use redislock::core::holders::Hold;
+use redislock::core::limits::MAX_DATA_LEN;
 
 use crate::gen::{self, Command, Rng, MAX_TOKEN_LEN};
 
@@ -43,8 +44,8 @@ fn fence_value(r: &mut Rng) -> u64 {
 pub fn record(r: &mut Rng) -> Vec<u8> {
     let encver: i32 = match r.below(10) {
         0 => r.next_u64() as i32,
-        1 => *r.pick(&[0, 4, -1]),
-        _ => r.between(1, 3) as i32,
+        1 => *r.pick(&[0, 5, -1]),
+        _ => r.between(1, 4) as i32,
     };
     let mode: u64 = if r.chance(5) { r.below(8) } else { r.below(4) };
     let mut out = Vec::new();
@@ -109,6 +110,81 @@ pub fn record(r: &mut Rng) -> Vec<u8> {
     }
     out.extend_from_slice(&count.to_le_bytes());
     out.extend(bytes);
+    out
+}
+
+/// Input for `crate::packed`: a record packed as the module packs it (an exclusive lock, a
+/// gate, a lock with data, holders), now and then with a number, a length or a byte bent.
+pub fn packed(r: &mut Rng) -> Vec<u8> {
+    use crate::record::{encode_holds, put_varint};
+    let code = if r.chance(5) {
+        r.below(256) as u8
+    } else {
+        r.below(7) as u8
+    };
+    let mut out = vec![code];
+    match code {
+        0 | 1 | 4 => {
+            let fence = if r.chance(80) {
+                r.between(1, 1 << 52)
+            } else {
+                fence_value(r)
+            };
+            put_varint(&mut out, fence);
+            let len = match r.below(8) {
+                _ if code == 1 && r.chance(80) => 0,
+                0 => 0,
+                1 => MAX_TOKEN_LEN,
+                2 => MAX_TOKEN_LEN + 1,
+                _ => r.between(1, 40) as usize,
+            };
+            let token = r.bytes(len);
+            if code == 4 {
+                let stated = match r.chance(90) {
+                    true => len as u64,
+                    false => r.next_u64() >> r.below(64),
+                };
+                put_varint(&mut out, stated);
+                out.extend(token);
+                let data = match r.below(8) {
+                    0 => 0,
+                    1 => MAX_DATA_LEN,
+                    2 => MAX_DATA_LEN + 1,
+                    _ => r.between(1, 32) as usize,
+                };
+                out.extend(r.bytes(data));
+            } else {
+                out.extend(token);
+            }
+        }
+        _ => {
+            let limit = match r.below(6) {
+                0 => 0,
+                1 => u64::from(u32::MAX) + r.below(2),
+                2 => r.next_u64(),
+                _ => r.between(1, 20),
+            };
+            put_varint(&mut out, limit);
+            let mut holds = holds(r);
+            holds.sort_by_key(|(_, h)| (h.expire_at, h.fence));
+            let count = match r.chance(90) {
+                true => holds.len() as u64,
+                false => r.next_u64() >> r.below(64),
+            };
+            put_varint(&mut out, count);
+            out.extend(encode_holds(&holds));
+        }
+    }
+    match r.below(12) {
+        0 if out.len() > 1 => {
+            let i = r.between(1, out.len() as u64 - 1) as usize;
+            out[i] = *r.pick(&[0x80, 0x00, 0xff, 0x01]);
+        }
+        1 => out.truncate(r.below(out.len() as u64 + 1) as usize),
+        // The first number not in its shortest form.
+        2 => out.splice(1..1, [0x80, 0x00]).for_each(drop),
+        _ => {}
+    }
     out
 }
 

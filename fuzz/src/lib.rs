@@ -10,6 +10,8 @@
 //! - `record`: `LockRef::decode` and the holders' loaders accept exactly what the module could
 //!   have written, and an accepted record round-trips through `Record`, its raw-pointer
 //!   hand-over and its stored encoding;
+//! - `packed`: a record in one string (encoding version 4) is read as an independent model of
+//!   the layout reads it, refused for the same reason, and packs back to the same bytes;
 //! - `fence`: the fence clock never issues a fence that is not above every fence issued or
 //!   observed before, whatever the grants, observations, merges and epoch changes;
 //! - `holders`: the state machine of a shared lock or semaphore (grant decisions, holds in
@@ -23,11 +25,13 @@ pub mod fence;
 pub mod gen;
 pub mod holders;
 pub mod inputs;
+pub mod packed;
 pub mod record;
 
 pub use args::args;
 pub use fence::fence;
 pub use holders::holders;
+pub use packed::packed;
 pub use record::record;
 
 // `gen` stands alone (tests of the root crate include it by path), so it repeats the core's

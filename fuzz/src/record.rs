@@ -4,7 +4,9 @@
 
 use redislock::core::grant::{decide, Decision, LockKind, Occupancy, Want};
 use redislock::core::holders::{Hold, Holders, HoldersError, Kind};
-use redislock::core::lock::{decide_gate, owned_by, DecodeError, GateDecision, LockRef, Mode};
+use redislock::core::lock::{
+    decide_gate, owned_by, DecodeError, GateDecision, LockRef, Mode, ENCODING_VERSION,
+};
 use redislock::core::record::{Record, Stored};
 use redislock::core::{fence, limits};
 
@@ -37,7 +39,7 @@ pub fn record(data: &[u8]) {
 }
 
 fn single_record(encver: i32, mode: u64, fence: u64, token: &[u8]) {
-    let want = if !(1..=3).contains(&encver) {
+    let want = if !(1..=ENCODING_VERSION).contains(&encver) {
         Err(DecodeError::UnknownVersion)
     } else if Mode::from_code(mode).is_none() {
         Err(DecodeError::UnknownMode)
@@ -267,7 +269,7 @@ pub fn encode_holds(holds: &[(Vec<u8>, Hold)]) -> Vec<u8> {
     out
 }
 
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut n: u64) {
     loop {
         let low = (n & 0x7f) as u8;
         n >>= 7;
@@ -280,7 +282,7 @@ fn put_varint(out: &mut Vec<u8>, mut n: u64) {
 }
 
 /// A varint as [`put_varint`] writes it: `None` if cut short, over 64 bits, or not the shortest.
-fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
+pub fn take_varint(bytes: &mut &[u8]) -> Option<u64> {
     let mut n: u128 = 0;
     for (i, &b) in bytes.iter().enumerate().take(10) {
         n |= u128::from(b & 0x7f) << (7 * i);

@@ -10,18 +10,16 @@ use super::token::{self, MAX_TOKEN_LEN};
 /// Encoding version of the record in RDB files and `DUMP` payloads.
 /// Version 2 added shared holders and semaphores, each hold in its own
 /// fields; version 3 stores the holds as one compact string (see
-/// `holders::Holders::encoded`). Records of versions 1 and 2 read as they
-/// always did; exclusive locks and gates are the same in all three.
+/// `holders::Holders::encoded`); version 4 stores the whole record as one
+/// string (see `packed`). Records of versions 1 to 3 read as they always
+/// did; exclusive locks and gates are the same in the first three.
 ///
-/// An exclusive lock with public data (`DATA`) is stored under the code
-/// [`EXCLUSIVE_WITH_DATA`] in place of its mode, with the data as a field
-/// after the token. It is no new version: a release before it refuses
-/// such a record (an unknown mode), and still reads every other record a
-/// newer one writes, so `DUMP` payloads and replicas work both ways across
-/// an upgrade as long as no hold carries data. Holders of which some have
-/// data are stored the same way: under [`SHARED_WITH_DATA`] or
-/// [`SEMAPHORE_WITH_DATA`], with the holds written with data.
-pub const ENCODING_VERSION: i32 = 3;
+/// In version 3, an exclusive lock with public data (`DATA`) is stored
+/// under the code [`EXCLUSIVE_WITH_DATA`] in place of its mode, with the
+/// data as a field after the token; holders of which some have data under
+/// [`SHARED_WITH_DATA`] or [`SEMAPHORE_WITH_DATA`], with the holds written
+/// with data. Version 4 keeps these codes as the first byte of its string.
+pub const ENCODING_VERSION: i32 = 4;
 
 /// The record code of an exclusive lock that carries public data.
 pub const EXCLUSIVE_WITH_DATA: u64 = 4;
@@ -77,6 +75,10 @@ pub enum DecodeError {
     UnknownMode,
     BadFence,
     BadToken,
+    /// Public data that is empty or too long.
+    BadData,
+    /// A number that is no varint the module writes, or out of its range.
+    BadNumber,
 }
 
 impl<'a> LockRef<'a> {
@@ -220,7 +222,7 @@ mod tests {
             (5, &b"tok"[..], Mode::Exclusive)
         );
         assert_eq!(
-            LockRef::decode(4, 0, 5, b"t"),
+            LockRef::decode(ENCODING_VERSION + 1, 0, 5, b"t"),
             Err(DecodeError::UnknownVersion)
         );
         assert_eq!(

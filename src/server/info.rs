@@ -7,7 +7,7 @@ use redis_module::raw;
 
 use crate::core::lock::ENCODING_VERSION;
 use crate::core::release;
-use crate::server::{catch_panic, ephemeral, observing, scheduler, stats, waiting};
+use crate::server::{catch_panic, datatype, ephemeral, observing, scheduler, stats, waiting};
 
 /// `INFO redislock`.
 pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
@@ -19,10 +19,11 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         let text = |name: &str, value: &str| {
             raw::add_info_field_str(ctx, name, value);
         };
-        // The release, and the encodings of lock records and of the RDB
-        // aux data this build reads (all up to the one it writes).
+        // The release, the encoding of the lock records it writes (the
+        // newest, or 3 with `rdb-encoding 3`), those it reads, and the
+        // encoding of its RDB aux data.
         text("version", release::VERSION);
-        int("rdb_encoding", i64::from(ENCODING_VERSION));
+        int("rdb_encoding", i64::from(datatype::written_version()));
         text("rdb_encodings_read", &format!("1-{ENCODING_VERSION}"));
         int("rdb_aux_encoding", release::AUX_VERSION as i64);
         int("locks", crate::core::record::live().max(0));

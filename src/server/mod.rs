@@ -29,8 +29,6 @@ mod writable;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
-use datatype::LOCK_TYPE;
-
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     // A panic while loading must refuse the load, not abort the server.
     catch_panic::callback(Status::Err, || load(ctx, args))
@@ -38,15 +36,22 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 fn load(ctx: &Context, args: &[RedisString]) -> Status {
     // `loadmodule <path> max-ttl 60000 …`: the same settings as redis.conf's
-    // `redislock.max-ttl`, applied after it. Checked before any subscription:
+    // `redislock.max-ttl`, applied after it; and `rdb-encoding`, which is
+    // only an argument (the type is created with it). Checked before any subscription:
     // Redis 7.0 does not remove a failed module's event subscriptions.
     if let Err(e) = config::apply_module_args(args) {
         ctx.log_warning(&e);
         return Status::Err;
     }
+    match datatype::create(ctx.ctx, config::rdb_encoding()) {
+        Ok(lock_type) => ffi::use_lock_type(lock_type),
+        Err(e) => {
+            ctx.log_warning(&format!("redislock: {e}"));
+            return Status::Err;
+        }
+    }
     // A damaged RESTORE payload must be an error reply, not an abort.
     ffi::handle_io_errors(ctx);
-    ffi::use_lock_type(*LOCK_TYPE.raw_type.borrow());
     if !dispatch::register(ctx) {
         ctx.log_warning("could not register the commands");
         return Status::Err;
@@ -78,7 +83,7 @@ redis_module! {
     name: "redislock",
     version: crate::core::release::NUMBER,
     allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
-    data_types: [LOCK_TYPE],
+    data_types: [],
     init: init,
     configurations: [
         i64: [

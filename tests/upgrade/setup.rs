@@ -68,14 +68,6 @@ pub fn start_previous(previous: &Path, builder: ServerBuilder) -> Server {
     s
 }
 
-/// A server on the previous release, or on this one.
-pub fn start_maybe_previous(previous: &Path, on_previous: bool) -> Server {
-    match on_previous {
-        true => start_previous(previous, Server::builder()),
-        false => Server::start(),
-    }
-}
-
 pub const TTL: i64 = 600_000;
 pub const KEYS: &[&str] = &["up:ex", "up:shared", "up:sem", "up:gate", "up:data"];
 

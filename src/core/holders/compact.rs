@@ -17,9 +17,7 @@
 //! exact-size allocation; any change writes a new one (the set is small).
 
 use super::hold::Hold;
-
-/// The most bytes a varint of a `u64` takes.
-const MAX_VARINT: usize = 10;
+use crate::core::varint::{self, len as varint_len, put as put_varint};
 
 /// Set in the count byte of holds written with data.
 const WITH_DATA: u8 = 0x80;
@@ -33,23 +31,6 @@ fn zigzag(n: i64) -> u64 {
 
 fn unzigzag(n: u64) -> i64 {
     ((n >> 1) as i64) ^ -((n & 1) as i64)
-}
-
-fn varint_len(mut n: u64) -> usize {
-    let mut len = 1;
-    while n >= 0x80 {
-        n >>= 7;
-        len += 1;
-    }
-    len
-}
-
-fn put_varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8) | 0x80);
-        n >>= 7;
-    }
-    out.push(n as u8);
 }
 
 /// Where the next hold is written from or read against.
@@ -123,29 +104,7 @@ impl<'a> Reader<'a> {
 
     /// A varint in its shortest form, as [`put_varint`] writes it.
     fn varint(&mut self) -> Result<u64, Malformed> {
-        // Most fields (token lengths, lease-end steps) fit one byte.
-        if let Some((&b, rest)) = self.rest.split_first() {
-            if b < 0x80 {
-                self.rest = rest;
-                return Ok(u64::from(b));
-            }
-        }
-        let mut n = 0u64;
-        for (i, &b) in self.rest.iter().take(MAX_VARINT).enumerate() {
-            let bits = u64::from(b & 0x7f);
-            if i == MAX_VARINT - 1 && b > 1 {
-                return Err(Malformed::Bytes);
-            }
-            n |= bits << (7 * i);
-            if b & 0x80 == 0 {
-                if i > 0 && b == 0 {
-                    return Err(Malformed::Bytes);
-                }
-                self.rest = &self.rest[i + 1..];
-                return Ok(n);
-            }
-        }
-        Err(Malformed::Bytes)
+        varint::take(&mut self.rest).ok_or(Malformed::Bytes)
     }
 
     /// A length, then that many bytes.
