@@ -30,6 +30,18 @@ pub fn args(r: &mut Rng) -> Vec<u8> {
     out
 }
 
+/// A token's length: mostly short, now and then none or at or past the longest; a gate's
+/// (`gate`) mostly none.
+fn token_len(r: &mut Rng, gate: bool) -> usize {
+    match r.below(8) {
+        _ if gate && r.chance(80) => 0,
+        0 => 0,
+        1 => MAX_TOKEN_LEN,
+        2 => MAX_TOKEN_LEN + 1,
+        _ => r.between(1, 64) as usize,
+    }
+}
+
 fn fence_value(r: &mut Rng) -> u64 {
     match r.below(6) {
         0 => 0,
@@ -58,14 +70,7 @@ pub fn record(r: &mut Rng) -> Vec<u8> {
             fence_value(r)
         };
         out.extend_from_slice(&fence.to_le_bytes());
-        let len = match r.below(8) {
-            // A gate has no token.
-            _ if mode == 1 && r.chance(80) => 0,
-            0 => 0,
-            1 => MAX_TOKEN_LEN,
-            2 => MAX_TOKEN_LEN + 1,
-            _ => r.between(1, 64) as usize,
-        };
+        let len = token_len(r, mode == 1);
         out.extend(r.bytes(len));
         return out;
     }
@@ -131,13 +136,7 @@ pub fn packed(r: &mut Rng) -> Vec<u8> {
                 fence_value(r)
             };
             put_varint(&mut out, fence);
-            let len = match r.below(8) {
-                _ if code == 1 && r.chance(80) => 0,
-                0 => 0,
-                1 => MAX_TOKEN_LEN,
-                2 => MAX_TOKEN_LEN + 1,
-                _ => r.between(1, 40) as usize,
-            };
+            let len = token_len(r, code == 1);
             let token = r.bytes(len);
             if code == 4 {
                 let stated = match r.chance(90) {
