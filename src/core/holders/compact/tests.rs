@@ -7,37 +7,24 @@ fn hold(fence: u64, expire_at: i64) -> Hold {
 }
 
 #[test]
-fn varints_and_zigzag_round_trip_at_their_edges() {
-    for n in [0, 1, 127, 128, 16_383, 16_384, u64::MAX >> 1, u64::MAX] {
-        let mut out = Vec::new();
-        put_varint(&mut out, n);
-        assert_eq!(out.len(), varint_len(n), "{n}");
-        assert_eq!(Reader::new(&out, false).varint(), Ok(n), "{n}");
-    }
+fn zigzag_round_trips_at_its_edges() {
     for n in [0, 1, -1, 63, -64, i64::MAX, i64::MIN] {
         assert_eq!(unzigzag(zigzag(n)), n);
     }
     assert_eq!((zigzag(0), zigzag(-1), zigzag(1)), (0, 1, 2));
 }
 
+/// Which varints are read is `varint`'s (its own tests); here, that the
+/// reader of holds reads them and names a refused one as bad bytes.
 #[test]
-fn only_shortest_varints_are_read() {
-    let bad: [&[u8]; 5] = [
-        &[0x80],
-        &[0x80, 0x00],
-        &[0xff; 10],
-        &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
-        &[0x80; 11],
-    ];
-    for b in bad {
-        assert_eq!(
-            Reader::new(b, false).varint(),
-            Err(Malformed::Bytes),
-            "{b:?}"
-        );
-    }
-    let max = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
-    assert_eq!(Reader::new(&max, false).varint(), Ok(u64::MAX));
+fn the_reader_reads_varints_and_refuses_a_bad_one_as_bytes() {
+    let mut out = Vec::new();
+    put_varint(&mut out, 16_384);
+    assert_eq!(Reader::new(&out, false).varint(), Ok(16_384));
+    assert_eq!(
+        Reader::new(&[0x80, 0x00], false).varint(),
+        Err(Malformed::Bytes)
+    );
 }
 
 #[test]
