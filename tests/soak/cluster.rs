@@ -38,8 +38,9 @@ pub struct Spare {
 /// twice this time, so failovers closer together would time out.
 const NODE_TIMEOUT_MS: u64 = 5000;
 
-fn node() -> Server {
+fn node(rdb_encoding: &str) -> Server {
     Server::builder()
+        .module_args(&["rdb-encoding", rdb_encoding])
         .cluster_enabled()
         .set("cluster-node-timeout", &NODE_TIMEOUT_MS.to_string())
         // Only the soak's own `CLUSTER FAILOVER` swaps roles: a master restarted by the soak
@@ -101,8 +102,9 @@ fn state_ok(s: &Server) -> bool {
 }
 
 /// Two shards: the first (master, replica) serves the soak's slots, the spare every other slot.
-pub fn start_cluster() -> (Server, Server, Spare) {
-    let [a, b, ra, rb] = [node(), node(), node(), node()];
+pub fn start_cluster(seed: u64) -> (Server, Server, Spare) {
+    // Master and replica of the soak's slots are servers 0 and 1.
+    let [a, ra, b, rb] = [0, 1, 2, 3].map(|i| node(super::rdb_encoding(seed, i)));
     for n in [&b, &ra, &rb] {
         ok(
             &mut n.conn(),

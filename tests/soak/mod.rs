@@ -6,7 +6,8 @@
 //! snapshots, `DEBUG RELOAD`, `DEBUG LOADAOF`, `BGREWRITEAOF`, the replica's full and partial
 //! syncs and restarts, and `FAILOVER`. A second soak runs the same in Redis Cluster, where the
 //! keys' slots move between two shards with locks held and waiters waiting (`cluster.rs`; in
-//! `make stress`).
+//! `make stress`). Each server writes the record encoding the seed draws for it (`rdb_encoding`:
+//! version 4, or version 3 for about one in three).
 //!
 //! A model (`model.rs`) follows what the clients were told; after every operation, and every
 //! `CHECK_EVERY` steps, the servers must be up with no crash in their logs, every lock, gate and
@@ -97,19 +98,36 @@ pub struct Soak {
     recent: Vec<String>,
 }
 
+/// The record encoding server `server` of the run writes (`rdb-encoding`: 0 the master, 1 its
+/// replica, 2 and 3 the Cluster's other nodes), drawn from the seed but not from the steps' draws,
+/// so that a seed replays the same steps: one server in three or so writes version 3 (what the
+/// previous release reads), so that restarts, full syncs and slot moves read both versions.
+pub fn rdb_encoding(seed: u64, server: u64) -> &'static str {
+    // splitmix64 of the seed and the server's number.
+    let mut z = seed.wrapping_add(server.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    if (z ^ (z >> 31)).is_multiple_of(3) {
+        "3"
+    } else {
+        "4"
+    }
+}
+
 impl Soak {
     fn new(seed: u64) -> Soak {
         let master = Server::builder()
             .set("appendonly", "yes")
             .set("appendfsync", "always")
             .set("aof-use-rdb-preamble", "yes")
+            .module_args(&["rdb-encoding", rdb_encoding(seed, 0)])
             .start();
-        let replica = ops::start_replica(&master);
+        let replica = ops::start_replica(&master, rdb_encoding(seed, 1));
         Soak::with(master, replica, None, seed)
     }
 
     fn new_cluster(seed: u64) -> Soak {
-        let (master, replica, spare) = cluster::start_cluster();
+        let (master, replica, spare) = cluster::start_cluster(seed);
         Soak::with(master, replica, Some(spare), seed)
     }
 
@@ -237,10 +255,13 @@ impl Soak {
 fn soak(cluster: bool, secs: u64) {
     let cfg = Config::from_env(secs);
     eprintln!(
-        "soak: seed {} (SEED), {} s (SOAK_SECS), {} steps (SOAK_STEPS)",
+        "soak: seed {} (SEED), {} s (SOAK_SECS), {} steps (SOAK_STEPS), rdb-encoding {:?}",
         cfg.seed,
         cfg.secs,
-        cfg.steps.map_or("unlimited".into(), |n| n.to_string())
+        cfg.steps.map_or("unlimited".into(), |n| n.to_string()),
+        (0..4)
+            .map(|i| rdb_encoding(cfg.seed, i))
+            .collect::<Vec<_>>()
     );
     let mut soak = if cluster {
         Soak::new_cluster(cfg.seed)

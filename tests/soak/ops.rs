@@ -8,7 +8,7 @@ use redis::Value;
 use crate::common::*;
 
 use super::pick::Draws;
-use super::{Soak, R};
+use super::{rdb_encoding, Soak, R};
 
 #[derive(Clone, Copy, Debug)]
 pub enum Op {
@@ -112,10 +112,11 @@ fn config_get(s: &Server, name: &str) -> String {
 }
 
 /// A replica of `master` that can take over: AOF on, as on the master.
-pub fn start_replica(master: &Server) -> Server {
+pub fn start_replica(master: &Server, rdb_encoding: &str) -> Server {
     Server::builder()
         .set("appendonly", "yes")
         .set("appendfsync", "always")
+        .module_args(&["rdb-encoding", rdb_encoding])
         .replica_of(master)
         .start()
 }
@@ -173,7 +174,7 @@ impl Soak {
                 // The reload leaves out the keys expired by then without telling the replica,
                 // which keeps them (expired) and then cannot replay a new lock of another kind
                 // on such a name: Redis's doing, for any type. A full sync clears them.
-                self.replica = start_replica(&self.master);
+                self.replica = start_replica(&self.master, rdb_encoding(self.seed, 1));
             }
             Op::LoadAof => {
                 self.aof_on()?;
@@ -189,7 +190,7 @@ impl Soak {
             }
             Op::NewReplica => {
                 // A full sync: the old replica goes once the new one is in sync.
-                let new = start_replica(&self.master);
+                let new = start_replica(&self.master, rdb_encoding(self.seed, 1));
                 self.replica = new;
             }
             Op::Reattach => {
