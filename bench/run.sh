@@ -4,7 +4,8 @@
 # Six parts, in this order:
 #   suite   two throw-away redis-server processes on free loopback ports — one
 #           with the module just built, one without (for the overhead figure) —
-#           and bench/suite.py against them: bench/results.md, results-raw.txt.
+#           and bench/suite.py against them: bench/results.md, results-raw.txt
+#           (results-partial.* when BENCH_ONLY names some of the pairs only).
 #   callgrind  bench/callgrind.py on every server of the matrix (needs
 #           valgrind): instructions per command, bench/callgrind.md.
 #   stalls  bench/stalls.py on every server of the matrix: bench/stalls.md.

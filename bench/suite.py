@@ -153,7 +153,10 @@ class Suite:
         self.notes = []  # observations printed under the table
         # Written as it goes; replaces results-raw.txt only when the run ends,
         # so an interrupted run leaves the last complete one in place.
-        self.raw_path = os.path.join(self.out_dir, "results-raw.txt")
+        # A run of some pairs (--only) writes results-partial.*, so that the
+        # last full table stays in results.md.
+        self.stem = "results-partial" if a.only and set(a.only.split(",")) != ALL_PAIRS else "results"
+        self.raw_path = os.path.join(self.out_dir, self.stem + "-raw.txt")
         self.raw = open(self.raw_path + ".part", "w")
         self.n = Redis(self.native_port)
         self.p = Redis(self.plain_port)
@@ -1155,9 +1158,13 @@ class Suite:
                       "native vs classic, for 6/6b with module vs without; the EVALSHA figure includes "
                       "the script's inner calls): " + "; ".join(self.usec_notes) + "."]
         text = "\n".join(lines) + "\n"
-        with open(os.path.join(self.out_dir, "results.md"), "w") as f:
+        with open(os.path.join(self.out_dir, self.stem + ".md"), "w") as f:
             f.write(text)
         print("\n" + text)
+
+
+# Every pair of the suite; a run of all of them writes results.md.
+ALL_PAIRS = {"1", "2", "3", "4", "5", "6", "6b", "7", "8", "9", "10", "11", "12", "13"}
 
 
 def loadavg():
@@ -1178,8 +1185,7 @@ def main():
     ap.add_argument("--only", default="", help="comma list of pairs to run (1-13, 6b), for development")
     a = ap.parse_args()
     s = Suite(a)
-    only = set(a.only.split(",")) if a.only else {"1", "2", "3", "4", "5", "6", "6b", "7", "8", "9",
-                                                  "10", "11", "12", "13"}
+    only = set(a.only.split(",")) if a.only else ALL_PAIRS
     lb = loadavg()
     s.log("# redislock bench raw results %s; %s" % (time.strftime("%Y-%m-%d %H:%M:%S"), s.machine_line()))
     s.log("# load average at start: %s; REPS=%d SCALE=%g" % (lb, REPS, SCALE))
