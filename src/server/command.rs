@@ -2,6 +2,9 @@
 //! answers. A leaf: the entry point builds it, the handlers read it.
 
 use std::cell::OnceCell;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::ops::Deref;
 use std::ptr::NonNull;
 
 use redis_module::{raw, Context, ContextFlags, RedisString, RedisValue};
@@ -42,10 +45,17 @@ impl<'a> Call<'a> {
         self.flags.get_or_init(|| self.ctx.get_flags())
     }
 
-    /// The key argument (`argv[1]`) as a Redis string. Every command that
-    /// calls this declares that key, so Redis's arity check guarantees it.
-    pub fn key(&self) -> RedisString {
-        RedisString::new(NonNull::new(self.ctx.ctx), self.raw[1])
+    /// The key argument (`argv[1]`) as a Redis string, borrowed for the
+    /// call. Every command that calls this declares that key, so Redis's
+    /// arity check guarantees it.
+    pub fn key(&self) -> KeyArg<'a> {
+        KeyArg {
+            string: ManuallyDrop::new(RedisString::from_redis_module_string(
+                self.ctx.ctx,
+                self.raw[1],
+            )),
+            call: PhantomData,
+        }
     }
 
     /// The argument `argv[at]` as a Redis string (`at` within the arguments).
@@ -56,5 +66,22 @@ impl<'a> Call<'a> {
     /// The arguments as Redis strings, for passing on to Redis.
     pub fn raw_args(&self) -> &[*mut raw::RedisModuleString] {
         self.raw
+    }
+}
+
+/// A command's key argument as a Redis string, for as long as the call
+/// lasts. Redis keeps the arguments alive until the command returns, so
+/// the string is neither retained nor freed (an owned `RedisString` would
+/// do both, on every command).
+pub struct KeyArg<'a> {
+    string: ManuallyDrop<RedisString>,
+    call: PhantomData<&'a [*mut raw::RedisModuleString]>,
+}
+
+impl Deref for KeyArg<'_> {
+    type Target = RedisString;
+
+    fn deref(&self) -> &RedisString {
+        &self.string
     }
 }
