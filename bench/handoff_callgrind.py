@@ -84,6 +84,9 @@ def _worker(side, idx, port, sections, go, out):
             if side == "module":
                 got = r.call("LOCK.ACQUIRE", KEY, token, "PX", 10000, "BLOCK", 5000)
                 ok = r.call("LOCK.RELEASE", KEY, token) if got is not None else 0
+            elif side == "floor-full":
+                got = r.call("FLOOR.XACQUIRE", KEY, token, "PX", 10000, "BLOCK", 5000)
+                ok = r.call("FLOOR.XRELEASE", KEY, token) if got is not None else 0
             elif side.startswith("floor"):
                 got = r.call("FLOOR.ACQUIRE", KEY, token, 5000 if side == "floor-timeout" else 0)
                 ok = r.call("FLOOR.RELEASE", KEY, token) if got is not None else 0
@@ -263,7 +266,7 @@ def main():
     return 0
 
 
-HOT_SIDES = ("module", "floor", "floor-timeout", "native")
+HOT_SIDES = ("module", "floor", "floor-timeout", "floor-full", "native")
 
 
 def report(server, module, floor, work, per_worker, reps):
@@ -302,17 +305,19 @@ def report(server, module, floor, work, per_worker, reps):
              "Instructions per critical section, whole server (%d clients, %d sections per side). Module: "
              "`LOCK.ACQUIRE hot <token> PX 10000 BLOCK 5000`, `LOCK.RELEASE`; floor: `FLOOR.ACQUIRE hot <token> 0` "
              "(no deadline), `FLOOR.RELEASE`; floor with timeout: the same with 5000 (the server's own "
-             "blocked-client timeout, as BLPOP's); BLPOP: `BLPOP hot 5`, `RPUSH`. Medians of %d runs per "
+             "blocked-client timeout, as BLPOP's); full floor: `FLOOR.XACQUIRE hot <token> PX 10000 BLOCK 5000`, "
+             "`FLOOR.XRELEASE` (the floor with timeout, taking the module's arguments, redacting the token and "
+             "sending its keyspace events); BLPOP: `BLPOP hot 5`, `RPUSH`. Medians of %d runs per "
              "side, alternating; the range of the runs below. The tables after it are of the first run." % (
                  WORKERS, n["module"], reps), "",
-             "| module | lock floor | floor with timeout | BLPOP | module / floor | module / BLPOP "
-             "| floor / BLPOP |",
-             "|---|---|---|---|---|---|---|"]
-    tm, tf, tt, tn = (median(s) for s in HOT_SIDES)
-    lines.append("| {:,.0f} | {:,.0f} | {:,.0f} | {:,.0f} | {:.2f} | {:.2f} | {:.2f} |".format(
-        tm, tf, tt, tn, tm / tf, tm / tn, tf / tn))
-    lines.append("| {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | | | |".format(
-        *(x for side in HOT_SIDES for x in (totals[side][0], totals[side][-1]))))
+             "| module | lock floor | floor with timeout | full floor | BLPOP | module / floor "
+             "| module / full floor | module / BLPOP | floor / BLPOP | full floor / BLPOP |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    tm, tf, tt, tx, tn = (median(s) for s in HOT_SIDES)
+    lines.append("| {:,.0f} | {:,.0f} | {:,.0f} | {:,.0f} | {:,.0f} | {:.2f} | {:.3f} | {:.3f} | {:.2f} "
+                 "| {:.3f} |".format(tm, tf, tt, tx, tn, tm / tf, tm / tx, tm / tn, tf / tn, tx / tn))
+    lines.append("| {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} | {:,.0f}–{:,.0f} "
+                 "| | | | | |".format(*(x for side in HOT_SIDES for x in (totals[side][0], totals[side][-1]))))
     lines += ["", "The module API and the server's blocking machinery, inclusive instructions and calls, "
               "per section:", "",
               "| part | module | lock floor | module − floor | calls: module | calls: floor |",

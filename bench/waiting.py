@@ -33,7 +33,9 @@ lockfloor.c, the least a FIFO lock in a module can be (FLOOR.ACQUIRE /
 FLOOR.RELEASE: the owner in a module-type value with a lease, waiters
 blocked with RedisModule_BlockClient and handed the lock by the release,
 the grant replicated with RedisModule_Replicate) — what the module API costs
-a blocking handoff; for memory, blockfloor.c, whose command only blocks the
+a blocking handoff — and the same lock in full (FLOOR.XACQUIRE /
+FLOOR.XRELEASE: the module's arguments, a timeout, the token redacted,
+keyspace events), hot runs only; for memory, blockfloor.c, whose command only blocks the
 client and is unblocked all at once — what the server spends per module
 waiter whatever the module does; for keys that expire, typefloor.c, a
 module type that keeps only a token.
@@ -103,16 +105,20 @@ def _hot_worker(side, idx, port, start_at, end_at, cpus, out):
         while time.monotonic() < start_at:
             time.sleep(0.0005)
         while time.monotonic() < end_at:
-            if side in ("module", "floor"):
+            if side in ("module", "floor", "full"):
                 if side == "module":
                     rep = r.call("LOCK.ACQUIRE", HOT_KEY, token, "PX", 10000, "BLOCK", 5000)
+                elif side == "full":
+                    # The module's arguments, the server's timeout, redaction, events.
+                    rep = r.call("FLOOR.XACQUIRE", HOT_KEY, token, "PX", 10000, "BLOCK", 5000)
                 else:
                     # No deadline: the least (the lease of 10 s ends a wait that goes wrong).
                     rep = r.call("FLOOR.ACQUIRE", HOT_KEY, token, 0)
                 if rep is None:
                     errors.append("timed out")
                     continue
-                ok = r.call("LOCK.RELEASE" if side == "module" else "FLOOR.RELEASE", HOT_KEY, token)
+                release = {"module": "LOCK.RELEASE", "floor": "FLOOR.RELEASE", "full": "FLOOR.XRELEASE"}[side]
+                ok = r.call(release, HOT_KEY, token)
                 if ok != 1:
                     errors.append("release replied %r" % (ok,))
             else:
@@ -277,10 +283,15 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
     def log(what, side, value):
         print("[%s] %s %s: %s" % (version, what, side, value), flush=True)
 
-    hot = {"module": [], "native": [], "floor": []}
+    hot = {"module": [], "native": [], "floor": [], "full": []}
     mem = {"module": [], "native": [], "floor": []}
     for rep in range(REPS):
-        for side in alternate(rep, ("module", "native", "floor")):
+        for side in alternate(rep, ("module", "native", "floor", "full")):
+            if side == "full":
+                h = on_fresh_server(lambda s: hot_run(s, side, client_cpus))
+                hot[side].append(h)
+                log("run %d" % (rep + 1), side, "hot %s" % h)
+                continue
             h, m = on_fresh_server(lambda s: (hot_run(s, side, client_cpus), memory_run(s, side)))
             hot[side].append(h)
             mem[side].append(m)
@@ -325,6 +336,9 @@ def bench_server(binary, module, floors, work, server_cpus, client_cpus):
     row("the same, module / lock floor (the module API's least for a FIFO lock)",
         of(hot["module"], cpu), of(hot["floor"], cpu), "%.1f")
     row("the same, lock floor / BLPOP", of(hot["floor"], cpu), of(hot["native"], cpu), "%.1f")
+    row("the same, module / full lock floor (the module's arguments, a timeout, the token redacted, "
+        "keyspace events)", of(hot["module"], cpu), of(hot["full"], cpu), "%.1f")
+    row("the same, full lock floor / BLPOP", of(hot["full"], cpu), of(hot["native"], cpu), "%.1f")
     row("hot lock: sections/s, module / BLPOP", of(hot["module"], "rate"), of(hot["native"], "rate"), "{:,.0f}")
     row("hot lock: sections/s, module / lock floor", of(hot["module"], "rate"), of(hot["floor"], "rate"),
         "{:,.0f}")
@@ -410,7 +424,11 @@ def main():
         "(bench/floor/lockfloor.c): `FLOOR.ACQUIRE hot <token> 0` (no deadline) then `FLOOR.RELEASE` — the",
         "owner in a module-type value with a 10 s lease, waiters blocked with `RedisModule_BlockClient` and",
         "handed the lock by the release with `RedisModule_UnblockClient`, each grant replicated as its effect",
-        "(`FLOOR.APPLY key token fence unix-ms`, `RedisModule_Replicate`). Memory floor:",
+        "(`FLOOR.APPLY key token fence unix-ms`, `RedisModule_Replicate`); full lock floor: the same lock",
+        "taking the module's arguments (`FLOOR.XACQUIRE hot <token> PX 10000 BLOCK 5000`, `FLOOR.XRELEASE`),",
+        "ending waits by the server's blocked-client timeout, redacting the token from SLOWLOG and MONITOR",
+        "and sending the module's keyspace events — the least the module's hot commands can cost without",
+        "its lock rules. Memory floor:",
         "bench/floor/blockfloor.c, a command that only blocks. Ratio = module / the other side.",
         "Stall rows (bench/waitstalls.py): fresh servers, %d runs per side; the difference is module − the" % STALL_REPS,
         "other side, of the medians (of the maxima). Waiters' connections close while the server is stopped",

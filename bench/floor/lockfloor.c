@@ -16,6 +16,13 @@
  *       the grant. Replies 1.
  *   FLOOR.APPLY key token fence unix-ms
  *       The effect a grant propagates, as a replica or the AOF applies it.
+ *   FLOOR.XACQUIRE key token PX ms BLOCK ms, FLOOR.XRELEASE key token
+ *       The same lock with what redislock's hot commands carry besides the
+ *       lock rules: LOCK.ACQUIRE's arguments (the lease is PX, the wait
+ *       ends after BLOCK ms by the blocked client's own timeout, 0: no
+ *       limit), the token kept out of SLOWLOG and MONITOR
+ *       (RedisModule_RedactClientCommandArgument), and a keyspace event for
+ *       each grant and release, as redislock sends them.
  *
  * The module API path is redislock's: RedisModule_BlockClient (no keys) and
  * RedisModule_UnblockClient from the releasing command, a disconnect
@@ -27,14 +34,16 @@
  * pass), handing the lock on when a lease ends (the waiters of a key that
  * expires or is deleted get nil here), giving the lock back when a granted
  * waiter disconnects before its reply, shared holds, token checks and the
- * rest of the lock rules, keyspace events, and FLUSHALL ASYNC (the free
- * callback must run on the main thread). */
+ * rest of the lock rules, keyspace events and token redaction (but see
+ * FLOOR.XACQUIRE), and FLUSHALL ASYNC (the free callback must run on the
+ * main thread). */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "redismodule.h"
+#include <strings.h>
 
 #define LEASE_MS 10000
 
@@ -45,6 +54,7 @@ typedef struct Waiter {
     struct Lock *lock; /* the queue it stands in; NULL once it left it */
     struct Waiter *prev, *next;
     long long fence; /* of its grant */
+    long long lease_ms;
     size_t len;
     char token[];
 } Waiter;
@@ -193,11 +203,10 @@ static void free_granted(RedisModuleCtx *ctx, void *privdata) {
     RedisModule_Free(privdata);
 }
 
-static int acquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    long long timeout;
-    if (argc != 4) return RedisModule_WrongArity(ctx);
-    if (RedisModule_StringToLongLong(argv[3], &timeout) != REDISMODULE_OK || timeout < 0)
-        return RedisModule_ReplyWithError(ctx, "ERR invalid timeout");
+/* Grants the key to the caller or queues it (see FLOOR.ACQUIRE); `events`
+ * sends a keyspace event for a grant. */
+static int acquire(RedisModuleCtx *ctx, RedisModuleString **argv, long long lease_ms, long long timeout,
+                   int events) {
     size_t len;
     const char *token = RedisModule_StringPtrLen(argv[2], &len);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
@@ -207,9 +216,10 @@ static int acquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         l->len = len;
         l->fence = ++last_fence;
         RedisModule_ModuleTypeSetValue(key, lock_type, l);
-        RedisModule_SetExpire(key, LEASE_MS);
+        RedisModule_SetExpire(key, lease_ms);
         RedisModule_CloseKey(key);
-        replicate_apply(ctx, argv[1], token, len, l->fence, RedisModule_Milliseconds() + LEASE_MS);
+        if (events) RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "floor.acquired", argv[1]);
+        replicate_apply(ctx, argv[1], token, len, l->fence, RedisModule_Milliseconds() + lease_ms);
         return reply_grant(ctx, token, len, l->fence);
     }
     if (RedisModule_ModuleTypeGetType(key) != lock_type) {
@@ -226,6 +236,7 @@ static int acquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     memcpy(w->token, token, len);
     w->len = len;
     w->fence = 0;
+    w->lease_ms = lease_ms;
     w->bc = RedisModule_BlockClient(ctx, on_reply, on_timeout, free_granted, timeout);
     RedisModule_SetDisconnectCallback(w->bc, on_disconnect);
     w->lock = l;
@@ -237,8 +248,35 @@ static int acquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     return REDISMODULE_OK;
 }
 
-static int release_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
-    if (argc != 3) return RedisModule_WrongArity(ctx);
+static int acquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long timeout;
+    if (argc != 4) return RedisModule_WrongArity(ctx);
+    if (RedisModule_StringToLongLong(argv[3], &timeout) != REDISMODULE_OK || timeout < 0)
+        return RedisModule_ReplyWithError(ctx, "ERR invalid timeout");
+    return acquire(ctx, argv, LEASE_MS, timeout, 0);
+}
+
+static int xacquire_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long lease_ms = -1, timeout = -1;
+    if (argc != 7) return RedisModule_WrongArity(ctx);
+    for (int i = 3; i < argc; i += 2) {
+        const char *name = RedisModule_StringPtrLen(argv[i], NULL);
+        long long v;
+        if (RedisModule_StringToLongLong(argv[i + 1], &v) != REDISMODULE_OK || v < 0)
+            return RedisModule_ReplyWithError(ctx, "ERR invalid number");
+        if (!strcasecmp(name, "PX") && v > 0) lease_ms = v;
+        else if (!strcasecmp(name, "BLOCK")) timeout = v;
+        else return RedisModule_ReplyWithError(ctx, "ERR syntax error");
+    }
+    if (lease_ms < 0 || timeout < 0) return RedisModule_ReplyWithError(ctx, "ERR syntax error");
+    int status = acquire(ctx, argv, lease_ms, timeout, 1);
+    RedisModule_RedactClientCommandArgument(ctx, 2);
+    return status;
+}
+
+/* Releases the key if the token owns it (see FLOOR.RELEASE); `events`
+ * sends the keyspace events of a release and a handoff's grant. */
+static int release(RedisModuleCtx *ctx, RedisModuleString **argv, int events) {
     size_t len;
     const char *token = RedisModule_StringPtrLen(argv[2], &len);
     RedisModuleKey *key = RedisModule_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
@@ -255,6 +293,7 @@ static int release_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     if (!w) {
         RedisModule_DeleteKey(key);
         RedisModule_CloseKey(key);
+        if (events) RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "floor.released", argv[1]);
         RedisModule_Replicate(ctx, "DEL", "s", argv[1]);
         return RedisModule_ReplyWithLongLong(ctx, 1);
     }
@@ -263,11 +302,27 @@ static int release_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     l->owner = copy(w->token, w->len);
     l->len = w->len;
     l->fence = w->fence = ++last_fence;
-    RedisModule_SetExpire(key, LEASE_MS);
+    RedisModule_SetExpire(key, w->lease_ms);
     RedisModule_CloseKey(key);
-    replicate_apply(ctx, argv[1], w->token, w->len, w->fence, RedisModule_Milliseconds() + LEASE_MS);
+    if (events) {
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "floor.released", argv[1]);
+        RedisModule_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_MODULE, "floor.acquired", argv[1]);
+    }
+    replicate_apply(ctx, argv[1], w->token, w->len, w->fence, RedisModule_Milliseconds() + w->lease_ms);
     RedisModule_UnblockClient(w->bc, w);
     return RedisModule_ReplyWithLongLong(ctx, 1);
+}
+
+static int release_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    return release(ctx, argv, 0);
+}
+
+static int xrelease_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    if (argc != 3) return RedisModule_WrongArity(ctx);
+    int status = release(ctx, argv, 1);
+    RedisModule_RedactClientCommandArgument(ctx, 2);
+    return status;
 }
 
 static int apply_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -339,6 +394,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     slots = RedisModule_Calloc(nslots, sizeof(*slots));
     if (RedisModule_CreateCommand(ctx, "floor.acquire", acquire_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR ||
         RedisModule_CreateCommand(ctx, "floor.release", release_cmd, "write", 1, 1, 1) == REDISMODULE_ERR ||
+        RedisModule_CreateCommand(ctx, "floor.xacquire", xacquire_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR ||
+        RedisModule_CreateCommand(ctx, "floor.xrelease", xrelease_cmd, "write", 1, 1, 1) == REDISMODULE_ERR ||
         RedisModule_CreateCommand(ctx, "floor.apply", apply_cmd, "write deny-oom", 1, 1, 1) == REDISMODULE_ERR)
         return REDISMODULE_ERR;
     return REDISMODULE_OK;
