@@ -41,9 +41,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "redismodule.h"
-#include <strings.h>
 
 #define LEASE_MS 10000
 
