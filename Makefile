@@ -14,10 +14,12 @@ deps:
 build: deps
 	$(CARGO) build --release
 
-# Foreground server on 127.0.0.1:6379 with the module; stop it with Ctrl-C.
+# Foreground server with the module on the port of redis.conf.example (127.0.0.1:6379 as
+# shipped); stop it with Ctrl-C.
+RUN_PORT = $(shell awk '$$1 == "port" { p = $$2 } END { print p ? p : 6379 }' redis.conf.example)
 run: build
-	@if redis-cli -p 6379 ping >/dev/null 2>&1; then \
-		echo "redislock: port 6379 is taken by a running server (a system redis-server? stop it or edit redis.conf.example)" >&2; \
+	@if redis-cli -p $(RUN_PORT) ping >/dev/null 2>&1; then \
+		echo "redislock: port $(RUN_PORT) is taken by a running server (a system redis-server? stop it or change port in redis.conf.example)" >&2; \
 		exit 1; \
 	fi
 	redis-server redis.conf.example
