@@ -208,7 +208,10 @@ def test_ephemeral_ends_with_the_connection(r: redis.Redis, server: Server) -> N
     client = redis.Redis(port=server.port, single_connection_client=True)
     lock = redislock.MultiLock(client, NAMES, ephemeral=True, lease=10)
     assert lock.acquire()
-    assert all(must(info(r, n))["client"] != 0 for n in NAMES)
+    clients = {must(info(r, n))["client"] for n in NAMES}
+    assert len(clients) == 1 and 0 not in clients and client.client_id() not in clients
+    r.client_kill_filter(_id=clients.pop())  # the connection of the lock's own
+    assert lock.lost.wait(5)
     client.close()
     wait_for(lambda: all(info(r, n) is None for n in NAMES))
 

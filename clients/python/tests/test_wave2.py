@@ -276,7 +276,8 @@ def test_info_under_resp2_and_resp3(server: Server, protocol: Any) -> None:
         assert (info["mode"], info["limit"]) == ("semaphore", 3)
         assert [h["token"] for h in info["holders"]] == [must(a.token), must(b.token)]
         assert all(isinstance(h["fence"], int) for h in info["holders"])
-        assert must(info.holder(a.token))["client"] == r.client_id()
+        # Bound to a connection of the lock's own, never the application's.
+        assert must(info.holder(a.token))["client"] not in (0, r.client_id())
         assert must(info.holder(b.token))["client"] == 0
         a.release()
         b.release()
@@ -303,15 +304,24 @@ def test_mode_arguments_are_checked() -> None:
 # --- connection-bound holds and guarded writes ----------------------------------------------------
 
 
+def bound_client(r: redis.Redis, name: str, token: bytes) -> int:
+    """The id of the connection the hold of ``token`` on ``name`` is bound to."""
+    client: int = must(must(redislock.Lock(r, name).info()).holder(token))["client"]
+    assert client != 0
+    return client
+
+
 def test_ephemeral_hold_ends_with_its_connection(server: Server, r: redis.Redis) -> None:
     own = server.client(single_connection_client=True)
     lock = redislock.Lock(own, "lock:eph", timeout=60, ephemeral=True)
     assert lock.acquire()
     assert r.exists("lock:eph") == 1
-    own.close()
+    r.client_kill_filter(_id=str(bound_client(r, "lock:eph", must(lock.token))))
     other = redislock.Lock(r, "lock:eph", timeout=10)
     assert other.acquire(blocking_timeout=5)
+    assert lock.lost.wait(5) and not lock.owned()
     other.release()
+    own.close()
 
 
 def test_ephemeral_shared_holds_end_one_by_one(server: Server, r: redis.Redis) -> None:
@@ -319,6 +329,7 @@ def test_ephemeral_shared_holds_end_one_by_one(server: Server, r: redis.Redis) -
     bound = redislock.Lock(own, "lock:rw", timeout=60, shared=True, ephemeral=True)
     kept = redislock.Lock(r, "lock:rw", timeout=60, shared=True)
     assert bound.acquire() and kept.acquire()
+    r.client_kill_filter(_id=str(bound_client(r, "lock:rw", must(bound.token))))
     own.close()
     wait_for(lambda: must(kept.info()).tokens == [must(kept.token)])
     kept.release()

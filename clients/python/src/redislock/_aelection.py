@@ -70,11 +70,13 @@ class Election(ElectionBase["Lock"]):
 
     async def campaign(self, timeout: Optional[Number] = None) -> Optional[int]:
         """As ``redislock.Election.campaign``."""
-        return await adrive(self._campaign(timeout), self._lock._carry)
+        lock: Lock = self._lock
+        return await lock._asking(self._campaign(timeout))
 
     async def resign(self) -> bool:
         """As ``redislock.Election.resign``."""
-        return await adrive(self._resign(), self._lock._carry)
+        lock: Lock = self._lock
+        return await lock._drive(self._resign())
 
     async def leader(self) -> Optional[Leader]:
         """As ``redislock.Election.leader``."""

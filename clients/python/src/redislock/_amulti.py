@@ -6,19 +6,22 @@ decisions are ``_multi``'s; this carries them out with ``await``, on the asyncio
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, TypeVar, Union, cast
 
 import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
+from ._aowned import AsyncOwned, acarrier, aowned_for
 from ._common import Number
-from ._flow import Request, Send, adrive
+from ._flow import Flow, Request, Send, adrive
 from ._link import asend
 from ._mbase import MultiLockBase
 from ._multi import CrossSlotError, MultiHold, Name, RenewAll, renew_all
 
 __all__ = ["MultiLock", "CrossSlotError"]
+
+T = TypeVar("T")
 
 
 class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisCluster"]]):
@@ -43,17 +46,17 @@ class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisC
         raise self._not_acquired()
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
-        await adrive(self._leave(exc_type), self._carry)
+        await self._drive(self._leave(exc_type))
 
     async def acquire(
         self, blocking: Optional[bool] = None, blocking_timeout: Optional[Number] = None, token: Optional[bytes] = None
     ) -> bool:
         """As ``redislock.MultiLock.acquire``."""
-        return await adrive(self._acquire(blocking, blocking_timeout, token), self._carry)
+        return await self._asking(self._acquire(blocking, blocking_timeout, token))
 
     async def release(self) -> int:
         """As ``redislock.MultiLock.release``."""
-        return await adrive(self._release(), self._carry)
+        return await self._drive(self._release())
 
     def owned(self) -> bool:
         """Held, by the local lease clock (no I/O)."""
@@ -61,11 +64,47 @@ class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisC
 
     async def _carry(self, request: Request) -> Any:
         if isinstance(request, RenewAll):
-            return await adrive(renew_all(request), self._carry)
+            return await adrive(renew_all(request), acarrier(self._carry, request.hold.conn))
         if isinstance(request, Send):
             return await asend(self.redis, request)
         await asyncio.sleep(request.seconds)
         return None
+
+    async def _carry_hold(self, hold: MultiHold, request: Request) -> Any:
+        return await acarrier(self._carry, hold.conn)(request)
+
+    async def _asking(self, flow: Flow[T]) -> T:
+        """As ``redislock.asyncio.Lock._asking``."""
+        if not self.ephemeral:
+            return await adrive(flow, self._carry)
+        owned = aowned_for(self.redis, self.names[0], max(self._ttl_ms / 1000, 1.0))
+        self._pending: Optional[AsyncOwned] = owned
+        try:
+            return await adrive(flow, acarrier(self._carry, owned))
+        finally:
+            self._pending = None
+            if owned is not None and not owned.pinned:
+                await owned.aclose()
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        hold = self._held()
+        owned: Optional[AsyncOwned] = None if hold is None else hold.conn
+        try:
+            return await adrive(flow, acarrier(self._carry, owned))
+        finally:
+            if owned is not None and hold is not None and hold.ended:
+                await owned.aclose()
+
+    def _bind(self, hold: MultiHold, previous: Optional[MultiHold]) -> None:
+        from .asyncio import renewer  # here: redislock.asyncio imports this module
+
+        owned: Optional[AsyncOwned] = getattr(self, "_pending", None)
+        if previous is not None and previous.conn is not None and previous.conn is not owned:
+            previous.conn.close()
+        if owned is not None:
+            hold.conn = owned
+            keeper = renewer()
+            owned.watch(lambda: keeper.closed(hold))
 
     def _schedule(self, hold: MultiHold) -> None:
         from .asyncio import renewer  # here: redislock.asyncio imports this module

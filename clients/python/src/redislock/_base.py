@@ -154,11 +154,25 @@ class LockBase(Generic[C]):
     def _granted(self, token: bytes, fence: int, sent: float) -> None:
         self._forget()
         hold = Hold(
-            self.name, token, fence, self._ttl_ms, sent, self.auto_renew, self, os.getpid(), self._spec.durable
+            self.name,
+            token,
+            fence,
+            self._ttl_ms,
+            sent,
+            self.auto_renew,
+            self,
+            os.getpid(),
+            self._spec.durable,
+            self.ephemeral,
         )
+        self._bind(hold, getattr(self.local, "hold", None))
         self.local.token, self.local.fence, self.local.hold = token, fence, hold
         self.lost.clear()
         self._schedule(hold)
+
+    def _bind(self, hold: Hold, previous: Optional[Hold]) -> None:
+        """A bound hold (EPHEMERAL) takes the connection it was granted on (and a hold it
+        replaces gives its own back); the front end's."""
 
     def _schedule(self, hold: Hold) -> None:
         """Put the hold's lease clock (and renewals) on the front end's schedule."""
@@ -209,7 +223,7 @@ class LockBase(Generic[C]):
     def _note_loss(self, hold: Hold) -> bool:
         """The lease clock of ``hold`` ran out or a renewal found it gone: logged, and ``lost``
         set when it is this lock's current hold. True when ``on_lost`` is to be called."""
-        logger.warning("Lock %r was lost: %s", self.name, _core.loss_message(hold.gone))
+        logger.warning("Lock %r was lost: %s", self.name, _core.loss_message(hold.gone, hold.closed))
         current = getattr(self.local, "hold", None)
         if current is not None and current is not hold and self.local.token is not None:
             return False  # another hold of the lock (another thread's): not ours to signal

@@ -2,10 +2,10 @@
 
 ``roundtrip`` (``aroundtrip`` for asyncio) sends one more command on a connection already in
 use, as a request's follow-ups need (see ``_followups``). ``call_on_client`` sends a request on
-a connection of the application's own client, with its follow-ups on the same connection: an
-``EPHEMERAL`` hold is bound to the connection that asks for it, which must be the application's;
-and a client whose pool the lock cannot copy (Sentinel, a custom pool) has its follow-ups sent
-this way, since the client would send each command on a connection of its choice.
+a connection of the application's own client, with its follow-ups on the same connection: a
+client whose pool the lock cannot copy (Sentinel, a custom pool) has its follow-ups sent this
+way, since the client would send each command on a connection of its choice. (A hold bound to
+a connection, ``EPHEMERAL``, lives on a connection of the library's own: ``_owned``.)
 """
 
 from __future__ import annotations
@@ -48,8 +48,7 @@ async def _drop(conn: Any) -> None:
 def call_on_client(client: Any, args: List[Any], timeout: Optional[float], follow: Optional[Follow] = None) -> Any:
     """One command on a connection of the client's own (its single connection, or one of its
     pool's), without the client's retries and bounded by ``timeout``, then its follow-ups on the
-    same connection: for a hold bound to the connection that asked for it (EPHEMERAL), which
-    must be the application's, and for follow-ups where the pool cannot be copied."""
+    same connection: for follow-ups where the pool cannot be copied."""
 
     def exchange(conn: Any) -> Any:
         try:

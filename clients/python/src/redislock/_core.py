@@ -72,8 +72,10 @@ def call_error(err: ResponseError, name: Any, what: str) -> Exception:
     return err
 
 
-def loss_message(gone: bool) -> str:
+def loss_message(gone: bool, closed: bool = False) -> str:
     """The log line's reason for a loss."""
+    if closed:
+        return "the connection it was bound to closed"
     if gone:
         return "a renewal found it held by no one or another"
     return "no renewal was answered before its lease ran out"
@@ -192,6 +194,7 @@ def acquire(
                 renewal = yield Send(
                     ["LOCK.EXTEND", spec.name, grant[0], "PX", spec.ttl_ms],
                     bound=spec.ttl_ms / 1000,
+                    own=spec.ephemeral,
                     follow=follow,
                 )
             except (ConnectionError, OSError, ResponseError):
@@ -241,6 +244,11 @@ def owned(name: Any, local: Local) -> Flow[bool]:
     return found is not None and token in found.tokens
 
 
+def bound(local: Local) -> bool:
+    """The current hold is bound to a connection: its requests go on that connection."""
+    return local.hold is not None and local.hold.bound
+
+
 def release(name: Any, local: Local, forget: Callable[[], None]) -> Flow[None]:
     """LOCK.RELEASE, bounded by the lease left (at least 1 s). The token is forgotten once the
     server has answered: a release that timed out (or was cancelled) can be tried again."""
@@ -254,7 +262,7 @@ def release(name: Any, local: Local, forget: Callable[[], None]) -> Flow[None]:
     forget()
     left = max(hold.left() if hold is not None else 0.0, 1.0)
     try:
-        released = yield Send(["LOCK.RELEASE", name, token], bound=left)
+        released = yield Send(["LOCK.RELEASE", name, token], bound=left, own=bound(local))
     except ResponseError as err:
         local.token = None
         raise translate(err, name, "release") from err
@@ -287,7 +295,7 @@ def extend(
         ttl_ms = remaining + add_ms
     if ttl_ms <= 0:
         try:
-            ended = yield Send(["LOCK.RELEASE", spec.name, token])
+            ended = yield Send(["LOCK.RELEASE", spec.name, token], own=bound(local))
         except ResponseError as err:
             raise translate(err, spec.name, "extend") from err
         if not ended:
@@ -316,7 +324,7 @@ def extend_to(name: Any, local: Local, ttl_ms: int, what: str, durable: Optional
     sent = time.monotonic()
     follow = None if durable is None else durable.follow(ttl_ms / 1000)
     try:
-        reply = yield Send(["LOCK.EXTEND", name, token, "PX", ttl_ms], follow=follow)
+        reply = yield Send(["LOCK.EXTEND", name, token, "PX", ttl_ms], own=bound(local), follow=follow)
     except ResponseError as err:
         raise translate(err, name, what) from err
     if not unwrap(reply):

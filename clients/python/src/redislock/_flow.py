@@ -58,8 +58,8 @@ class Send:
     one turns out closed. ``wait_until`` (a ``time.monotonic()`` moment): the command waits in
     the server, and ``BLOCK`` with the time left *when it is sent* is appended; it may read for
     that long. ``forever``: ``BLOCK 0`` was appended already, no bound at all. ``own``: the
-    command must go on a connection of the application's client (an ``EPHEMERAL`` hold is bound
-    to the connection that asks for it). ``follow``: commands sent on the same connection right
+    command is a bound hold's (``EPHEMERAL``: its grant, renewals, release), for the connection
+    the front end opened for that hold (``_owned``). ``follow``: commands sent on the same connection right
     after the reply, when it says something was written; the reply is then a ``Followed``."""
 
     __slots__ = ("args", "bound", "idempotent", "wait_until", "forever", "own", "follow")

@@ -45,6 +45,9 @@ class Hold:
         "pid",
         "watched",
         "durable",
+        "bound",
+        "conn",
+        "closed",
     )
 
     def __init__(
@@ -58,6 +61,7 @@ class Hold:
         owner: Any = None,
         pid: int = 0,
         durable: Optional[Durability] = None,
+        bound: bool = False,
     ) -> None:
         self.name = name
         self.token = token
@@ -77,6 +81,12 @@ class Hold:
         self.watched = False
         #: The acknowledgements each renewal must get to count (``replicas=``, ``aof_*=``).
         self.durable = durable
+        #: Bound to a connection (EPHEMERAL): its requests go on that connection (``Send.own``).
+        self.bound = bound
+        #: The front end's connection of the hold (bound holds), opaque here.
+        self.conn: Any = None
+        #: Lost because its connection closed (the server released it then).
+        self.closed = False
 
     @property
     def period(self) -> float:
@@ -114,6 +124,7 @@ class Hold:
         return Send(
             ["LOCK.EXTEND", self.name, self.token, "PX", self.ttl_ms],
             bound=left,
+            own=self.bound,
             follow=None if self.durable is None else self.durable.follow(left),
         )
 
@@ -148,10 +159,24 @@ class Hold:
         """Released (or handed over): no more renewals, no loss to report."""
         self.ended = True
 
-    def mark_lost(self, now: float) -> None:
+    def mark_lost(self, now: float) -> bool:
+        """The hold is lost as of ``now``: True the first time only (a loss is signalled once,
+        whichever of the lease clock, a renewal or the connection tells first)."""
+        if self.lost:
+            return False
         self.ended = True
         self.lost = True
         self.lease_end = min(self.lease_end, now)
+        return True
+
+    def connection_closed(self, now: float) -> bool:
+        """The connection the hold is bound to closed: the server released the hold then. True
+        when that is the loss to signal (not when the hold had ended or was lost already)."""
+        if self.ended:
+            return False
+        self.closed = True
+        self.gone = True
+        return self.mark_lost(now)
 
 
 class Schedule:
@@ -208,6 +233,8 @@ class Schedule:
                 self._ended = max(0, self._ended - 1)
                 continue
             hold.queued_at = None
+            if hold.ended:  # lost meanwhile (a renewal, its connection): signalled then
+                continue
             if now >= hold.lease_end:
                 hold.mark_lost(now)
                 lost.append(hold)

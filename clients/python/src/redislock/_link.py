@@ -19,6 +19,10 @@ exception: it goes on a connection of the lock's own to the node serving the key
 Where the client's pool cannot be copied (Sentinel, a custom pool) the commands go through the
 client as well; a request with follow-ups goes on one connection of the client's pool
 (``_conn.call_on_client``).
+
+A hold bound to a connection (``EPHEMERAL``, every Election term) has one connection of its own
+for its grant, renewals and release (``_owned``, ``_aowned``), which carry each command with
+``exchange`` / ``aexchange`` as this module's connections do.
 """
 
 from __future__ import annotations
@@ -155,34 +159,40 @@ class Link:
             return self._call_on(self._class(**self._kwargs), req, asking)
 
     def _call_on(self, conn: Any, req: Send, asking: bool = False) -> Any:
-        try:
-            timeout = read_bound(req, self.default_timeout)
-            deadline = None if timeout is None else time.monotonic() + timeout
-            if timeout is not None and timeout <= 0:
-                raise TimeoutError("no time left for the command")
-            conn.socket_timeout = timeout
-            conn.socket_connect_timeout = timeout
-            conn.connect()
-            if asking:
-                conn.send_command("ASKING")
-                conn.read_response(timeout=timeout)
-            args = command_now(req)
-            if args is None:
-                self._give_back(conn)
-                return None
-            conn.send_command(*args)
-            if deadline is not None:  # what the handshake of a new connection left
-                timeout = max(deadline - time.monotonic(), 0.001)
-            reply = conn.read_response(timeout=timeout)
-            reply, fit = follow_on(req.follow, reply, lambda a, t: roundtrip(conn, a, t))
-        except BaseException:
-            conn.disconnect()
-            raise
+        reply, fit = exchange(conn, req, self.default_timeout, asking)
         if fit:
             self._give_back(conn)
         else:
             conn.disconnect()
         return reply
+
+
+def exchange(conn: Any, req: Send, default: Optional[float], asking: bool = False) -> Tuple[Any, bool]:
+    """One request on ``conn`` (connected first if need be), its read bounded as
+    ``read_bound`` says: the reply (with its follow-ups') and whether the connection is fit for
+    more. Any failure disconnects it: its state is unknown."""
+    try:
+        timeout = read_bound(req, default)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if timeout is not None and timeout <= 0:
+            raise TimeoutError("no time left for the command")
+        conn.socket_timeout = timeout
+        conn.socket_connect_timeout = timeout
+        conn.connect()
+        if asking:
+            conn.send_command("ASKING")
+            conn.read_response(timeout=timeout)
+        args = command_now(req)
+        if args is None:
+            return None, True
+        conn.send_command(*args)
+        if deadline is not None:  # what the handshake of a new connection left
+            timeout = max(deadline - time.monotonic(), 0.001)
+        reply = conn.read_response(timeout=timeout)
+        return follow_on(req.follow, reply, lambda a, t: roundtrip(conn, a, t))
+    except BaseException:
+        conn.disconnect()
+        raise
 
 
 class AsyncLink:
@@ -204,27 +214,7 @@ class AsyncLink:
             return await self._call_on(self._class(**self._kwargs), req, asking)
 
     async def _call_on(self, conn: Any, req: Send, asking: bool = False) -> Any:
-        async def exchange() -> Any:
-            await conn.connect()
-            if asking:
-                await conn.send_command("ASKING")
-                await conn.read_response(timeout=math.inf)
-            args = command_now(req)
-            if args is None:
-                return None
-            await conn.send_command(*args)
-            return await conn.read_response(timeout=math.inf)
-
-        timeout = read_bound(req, self.default_timeout)
-        try:
-            if timeout is not None and timeout <= 0:
-                raise TimeoutError("no time left for the command")
-            reply = await within(exchange(), timeout)
-            reply, fit = await afollow_on(req.follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
-        except BaseException:
-            # Cancelled or failed mid-command: the connection's state is unknown, drop it.
-            await _drop(conn)
-            raise
+        reply, fit = await aexchange(conn, req, self.default_timeout, asking)
         if fit:
             self._idle.append(conn)
         else:
@@ -232,9 +222,36 @@ class AsyncLink:
         return reply
 
 
+async def aexchange(conn: Any, req: Send, default: Optional[float], asking: bool = False) -> Tuple[Any, bool]:
+    """``exchange`` for ``redis.asyncio`` connections, bounded with ``wait_for``; cancelled or
+    failed mid-command, the connection is dropped."""
+
+    async def run() -> Any:
+        await conn.connect()
+        if asking:
+            await conn.send_command("ASKING")
+            await conn.read_response(timeout=math.inf)
+        args = command_now(req)
+        if args is None:
+            return None
+        await conn.send_command(*args)
+        return await conn.read_response(timeout=math.inf)
+
+    timeout = read_bound(req, default)
+    try:
+        if timeout is not None and timeout <= 0:
+            raise TimeoutError("no time left for the command")
+        reply = await within(run(), timeout)
+        result: Tuple[Any, bool] = await afollow_on(req.follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
+        return result
+    except BaseException:
+        await _drop(conn)
+        raise
+
+
 def on_client(client: Any, req: Send, default: Optional[float]) -> Tuple[Optional[List[Any]], Optional[float]]:
-    """A command sent through the application's client (an EPHEMERAL acquire, or a client whose
-    pool cannot be copied): its command line now and its read bound."""
+    """A command sent through the application's client (one whose pool cannot be copied): its
+    command line now and its read bound."""
     return command_now(req), read_bound(req, default)
 
 
@@ -332,15 +349,14 @@ def send(client: Any, req: Send) -> Any:
         timeout = cluster.nodes_manager.connection_kwargs.get("socket_timeout")
         return cluster.execute_command(*cluster_command(req, timeout))
     link = link_for(client)
-    if link is not None and not req.own:
+    if link is not None:
         return link.call(req)
-    args, timeout = on_client(client, req, link.default_timeout if link else None)
+    args, timeout = on_client(client, req, None)
     if args is None:
         return None
-    if link is None and req.follow is None:
+    if req.follow is None:
         return client.execute_command(*args)
-    # The hold is bound to the connection that asks for it (the application's own), or the
-    # follow-ups must go on the connection of the command.
+    # The follow-ups must go on the connection of the command.
     return call_on_client(client, args, timeout, req.follow)
 
 
@@ -352,11 +368,11 @@ async def asend(client: Any, req: Send) -> Any:
         timeout = client.connection_kwargs.get("socket_timeout")
         return await client.execute_command(*cluster_command(req, timeout))
     link = async_link_for(client)
-    if link is not None and not req.own:
+    if link is not None:
         return await link.call(req)
-    args, timeout = on_client(client, req, link.default_timeout if link else None)
+    args, timeout = on_client(client, req, None)
     if args is None:
         return None
-    if link is None and req.follow is None:
+    if req.follow is None:
         return await client.execute_command(*args)
     return await async_call_on_client(client, args, timeout, req.follow)

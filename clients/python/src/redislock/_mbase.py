@@ -82,6 +82,9 @@ class MultiLockBase(Generic[C]):
     def _new_lost(self) -> Any:
         raise NotImplementedError
 
+    def _bind(self, hold: MultiHold, previous: Optional[MultiHold]) -> None:
+        """As ``LockBase._bind``: the front end's."""
+
     def _schedule(self, hold: MultiHold) -> None:
         raise NotImplementedError
 
@@ -129,8 +132,18 @@ class MultiLockBase(Generic[C]):
         token_bytes, fences, sent = grant
         self._forget()
         hold = MultiHold(
-            self.names, token_bytes, fences, self._ttl_ms, sent, self.auto_renew, self, os.getpid(), self._spec.durable
+            self.names,
+            token_bytes,
+            fences,
+            self._ttl_ms,
+            sent,
+            self.auto_renew,
+            self,
+            os.getpid(),
+            self._spec.durable,
+            self.ephemeral,
         )
+        self._bind(hold, self._hold)
         self._token, self._hold = token_bytes, hold
         self.lost.clear()
         self._schedule(hold)
@@ -151,7 +164,7 @@ class MultiLockBase(Generic[C]):
             self._forget()
         bound = max(hold.left() if hold is not None else 0.0, 1.0)
         try:
-            count = yield from release_all(self.names, token, lost, bound)
+            count = yield from release_all(self.names, token, lost, bound, hold is not None and hold.bound)
         except LockError:
             self._token = None  # answered (not held, or some keys no longer were)
             raise
@@ -181,7 +194,7 @@ class MultiLockBase(Generic[C]):
     def _note_loss(self, hold: Hold) -> bool:
         """The set's lease clock ran out, or a renewal found a key gone: logged, ``lost`` set
         (when it is the current hold); True when ``on_lost`` is to be called."""
-        logger.warning("Multi-lock %s was lost: %s", label(self.names), _core.loss_message(hold.gone))
+        logger.warning("Multi-lock %s was lost: %s", label(self.names), _core.loss_message(hold.gone, hold.closed))
         if hold is not self._hold:
             return False
         self.lost.set()

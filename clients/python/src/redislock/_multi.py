@@ -160,17 +160,21 @@ class RenewAll(Send):
     __slots__ = ("hold", "until")
 
     def __init__(self, hold: "MultiHold", until: float) -> None:
-        super().__init__([], bound=max(until - time.monotonic(), 0.001))
+        super().__init__([], bound=max(until - time.monotonic(), 0.001), own=hold.bound)
         self.hold = hold
         self.until = until
 
 
-def extension(name: Name, token: bytes, ttl_ms: int, until: float, durable: Optional[Durability]) -> Send:
-    """One key's ``LOCK.EXTEND``, bounded by the time left until ``until``."""
+def extension(
+    name: Name, token: bytes, ttl_ms: int, until: float, durable: Optional[Durability], own: bool = False
+) -> Send:
+    """One key's ``LOCK.EXTEND``, bounded by the time left until ``until`` (``own``: on the
+    connection the hold is bound to)."""
     left = max(until - time.monotonic(), 0.001)
     return Send(
         ["LOCK.EXTEND", name, token, "PX", ttl_ms],
         bound=left,
+        own=own,
         follow=None if durable is None else durable.follow(left),
     )
 
@@ -186,7 +190,7 @@ def renew_all(req: RenewAll) -> Flow[List[Any]]:
             results.append(TimeoutError("the lease ran out before every key was renewed"))
             break
         try:
-            reply = yield extension(name, hold.token, hold.ttl_ms, req.until, hold.durable)
+            reply = yield extension(name, hold.token, hold.ttl_ms, req.until, hold.durable, hold.bound)
         except Exception as err:  # the hold decides what it means
             results.append(err)
             if isinstance(err, ResponseError) and wrong_type(err):
@@ -214,8 +218,9 @@ class MultiHold(Hold):
         owner: Any = None,
         pid: int = 0,
         durable: Optional[Durability] = None,
+        bound: bool = False,
     ) -> None:
-        super().__init__(label(names), token, fences[0], ttl_ms, sent, auto_renew, owner, pid, durable)
+        super().__init__(label(names), token, fences[0], ttl_ms, sent, auto_renew, owner, pid, durable, bound)
         self.names = list(names)
         self.fences = list(fences)
 
@@ -259,7 +264,7 @@ def renew_keys(spec: MultiSpec, token: bytes) -> Flow[bool]:
     until = time.monotonic() + spec.ttl_ms / 1000
     for name in spec.names:
         try:
-            reply = yield extension(name, token, spec.ttl_ms, until, spec.durable)
+            reply = yield extension(name, token, spec.ttl_ms, until, spec.durable, spec.ephemeral)
         except (ConnectionError, OSError, ResponseError):
             return False
         if unwrap(reply) != 1:
@@ -347,20 +352,22 @@ def acquire_all(
 def _give_back(spec: MultiSpec, token: bytes, bound: float) -> Flow[bool]:
     """``LOCK.RELEASEALL`` of a grant the lock will not keep: True if answered."""
     try:
-        yield Send(["LOCK.RELEASEALL", len(spec.names), *spec.names, token], bound=bound)
+        yield Send(["LOCK.RELEASEALL", len(spec.names), *spec.names, token], bound=bound, own=spec.ephemeral)
     except (ConnectionError, OSError, ResponseError):
         return False  # not answered: the keys end with their lease
     return True
 
 
-def release_all(names: Sequence[Name], token: Optional[bytes], lost: bool, bound: float) -> Flow[int]:
+def release_all(
+    names: Sequence[Name], token: Optional[bytes], lost: bool, bound: float, own: bool = False
+) -> Flow[int]:
     """``LOCK.RELEASEALL``: how many keys it released. ``LockError`` when not held;
     ``LockNotOwnedError`` (after the keys still held were released) when any key was no longer
     held by the token, or the set was signalled lost."""
     if token is None:
         raise lock_error(LockError, "Cannot release a lock that's not owned or is already unlocked.", label(names))
     try:
-        released = yield Send(["LOCK.RELEASEALL", len(names), *names, token], bound=bound)
+        released = yield Send(["LOCK.RELEASEALL", len(names), *names, token], bound=bound, own=own)
     except ResponseError as err:
         raise error_of(err, names, "release") from err
     count = int(unwrap(released) or 0)

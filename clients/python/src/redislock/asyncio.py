@@ -12,7 +12,7 @@ import inspect
 import time
 import weakref
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Awaitable, Optional, Set, Type, Union, cast
+from typing import TYPE_CHECKING, Any, Awaitable, Optional, Set, Type, TypeVar, Union, cast
 
 import redis.asyncio.lock
 from redis.exceptions import LockError, LockNotOwnedError
@@ -29,12 +29,13 @@ from ._common import (
     parse_info,
 )
 from ._aelection import Election
+from ._aowned import AsyncOwned, acarrier, aowned_for
 from ._amulti import MultiLock
 from ._lease import Hold, Schedule
 from ._durable import NotReplicatedError
 from ._election import Leader
 from ._multi import CrossSlotError
-from ._flow import Request, Send, adrive
+from ._flow import Flow, Request, Send, adrive
 from ._link import asend, shaper
 
 __all__ = [
@@ -52,6 +53,8 @@ __all__ = [
     "NotReplicatedError",
     "parse_info",
 ]
+
+T = TypeVar("T")
 
 
 class _LoopRenewer:
@@ -106,19 +109,25 @@ class _LoopRenewer:
         reply: Any = None
         error: Optional[BaseException] = None
         try:
-            reply = await owner._carry(request)
+            reply = await owner._carry_hold(hold, request)
         except Exception as err:
             error = err
-        if hold.renewed(sent, reply, error):
-            hold.mark_lost(time.monotonic())
-            self._lost(hold)
-        else:
+        if not hold.renewed(sent, reply, error):
             self.add(hold)
+        elif hold.mark_lost(time.monotonic()):
+            self._lost(hold)
+
+    def closed(self, hold: Hold) -> None:
+        """The connection ``hold`` is bound to closed: lost at once, signalled once."""
+        if hold.connection_closed(time.monotonic()):
+            self._lost(hold)
 
     def _lost(self, hold: Hold) -> None:
         """Signals a loss: ``lost`` set, then ``on_lost`` called at once (a coroutine it returns
         runs as a task of its own)."""
         owner: Lock = hold.owner
+        if hold.conn is not None:  # a lost hold's own connection has nothing more to carry
+            hold.conn.close()
         if not owner._note_loss(hold) or owner.on_lost is None:
             return
         try:
@@ -163,7 +172,7 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
 
     def _new_local(self) -> Any:
         # Tasks share one thread: the token lives on the lock, as in redis.asyncio's own Lock.
-        return SimpleNamespace(token=None, fence=None, hold=None)
+        return SimpleNamespace(token=None, fence=None, hold=None, pending=None)
 
     async def __aenter__(self) -> "HeldLock":
         if await self.acquire():
@@ -171,7 +180,7 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
         raise self._not_acquired()
 
     async def __aexit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
-        await adrive(self._leave(exc_type), self._carry)
+        await self._drive(self._leave(exc_type))
 
     async def acquire(
         self,
@@ -182,7 +191,7 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
     ) -> bool:
         """As ``redislock.Lock.acquire``. Cancelling it ends the wait: its connection is closed,
         which takes the waiter out of the server's queue."""
-        return await adrive(self._acquire(sleep, blocking, blocking_timeout, token), self._carry)
+        return await self._asking(self._acquire(sleep, blocking, blocking_timeout, token))
 
     async def locked(self) -> bool:
         return await adrive(_core.locked(self.name), self._carry)
@@ -193,13 +202,13 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
     async def release(self) -> None:
         """As ``redislock.Lock.release``. The token is forgotten only once the server has
         answered: a release that is cancelled or times out can be tried again."""
-        await adrive(self._release(), self._carry)
+        await self._drive(self._release())
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:  # type: ignore[override]
-        return await adrive(self._extend(additional_time, replace_ttl), self._carry)
+        return await self._drive(self._extend(additional_time, replace_ttl))
 
     async def reacquire(self) -> bool:  # type: ignore[override]
-        return await adrive(_core.reacquire(self._spec, self.local), self._carry)
+        return await self._drive(_core.reacquire(self._spec, self.local))
 
     async def info(self) -> Optional[LockInfo]:
         return await adrive(_core.info(self.name), self._carry)
@@ -212,6 +221,44 @@ class Lock(LockBase[Union[redis.asyncio.Redis, redis.asyncio.RedisCluster]], red
             return await asend(self.redis, request)
         await asyncio.sleep(request.seconds)  # polling a key of another type
         return None
+
+    async def _carry_hold(self, hold: Hold, request: Request) -> Any:
+        """A request of ``hold`` (a renewal): on its own connection if it is bound to one."""
+        return await acarrier(self._carry, hold.conn)(request)
+
+    async def _asking(self, flow: Flow[T]) -> T:
+        """An acquire: with ``ephemeral``, asked on a connection of the lock's own, which the
+        hold then lives on (closed here if nothing was granted, or the acquire was cancelled)."""
+        if not self.ephemeral:
+            return await adrive(flow, self._carry)
+        owned = aowned_for(self.redis, self.name, max(self._ttl_ms / 1000, 1.0))
+        self.local.pending = owned
+        try:
+            return await adrive(flow, acarrier(self._carry, owned))
+        finally:
+            self.local.pending = None
+            if owned is not None and not owned.pinned:
+                await owned.aclose()
+
+    async def _drive(self, flow: Flow[T]) -> T:
+        """Any other operation: the current hold's requests on its own connection, which is
+        closed once the hold ended (released, lost)."""
+        hold = self._held()
+        owned: Optional[AsyncOwned] = None if hold is None else hold.conn
+        try:
+            return await adrive(flow, acarrier(self._carry, owned))
+        finally:
+            if owned is not None and hold is not None and hold.ended:
+                await owned.aclose()
+
+    def _bind(self, hold: Hold, previous: Optional[Hold]) -> None:
+        owned: Optional[AsyncOwned] = getattr(self.local, "pending", None)
+        if previous is not None and previous.conn is not None and previous.conn is not owned:
+            previous.conn.close()  # a hold replaced by a new grant: nothing renews it now
+        if owned is not None:
+            hold.conn = owned
+            keeper = renewer()
+            owned.watch(lambda: keeper.closed(hold))
 
     def _schedule(self, hold: Hold) -> None:
         renewer().add(hold)

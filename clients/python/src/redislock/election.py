@@ -84,13 +84,15 @@ class Election(ElectionBase[Lock]):
         """The term, once this candidate leads (at once if it leads already); with ``timeout``
         seconds, None if not elected by then (0: without waiting). A wait whose connection drops
         is sent once more with the time left, at the back of the queue."""
-        return drive(self._campaign(timeout), self._lock._carry)
+        lock: Lock = self._lock
+        return lock._asking(self._campaign(timeout))
 
     def resign(self) -> bool:
         """Ends the term (``LOCK.RELEASE``): True if this candidate still led, False if it did
         not lead or had lost its term. Without an answer the term is kept (``TimeoutError``,
         ``ConnectionError``): call it again."""
-        return drive(self._resign(), self._lock._carry)
+        lock: Lock = self._lock
+        return lock._drive(self._resign())
 
     def leader(self) -> Optional[Leader]:
         """Who leads now: ``Leader(term, data)``, or None when nobody does (``LOCK.INFO``)."""

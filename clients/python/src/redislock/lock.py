@@ -3,190 +3,25 @@ core's flows carried out with blocking calls, and one renewal thread for every h
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections import deque
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any, Callable, Deque, Optional, Tuple, Type, Union, cast
+from typing import TYPE_CHECKING, Any, Optional, Type, TypeVar, Union, cast
 
 import redis as redis_py
 
 from . import _core
 from ._base import Held, LockBase, logger
 from ._common import EncodableT, LockInfo, Number, UnsupportedError, parse_info, unsupported
-from ._lease import Hold, Schedule
-from ._flow import Request, Send, drive
+from ._lease import Hold
+from ._flow import Flow, Request, Send, drive
 from ._link import link_for, send, shaper
+from ._owned import Owned, carrier, owned_for
+from ._renewer import _LeaseEvent, _Renewer, closed, renewer
 
-__all__ = ["Lock", "FenceGate", "supports", "UnsupportedError", "parse_info"]
+__all__ = ["Lock", "FenceGate", "supports", "UnsupportedError", "parse_info", "_Renewer"]
 
-
-class _Renewer:
-    """The lease clocks and renewals of every hold of this process: one thread keeps the
-    schedule (it marks a hold lost the moment its lease clock runs out, whatever the network
-    does), one worker thread sends the renewals and runs the ``on_lost`` callbacks. A renewal
-    that hangs (a partitioned server) does not hold the others up: when a job has waited longer
-    than its patience for a busy worker, another worker starts, and leaves again once idle."""
-
-    MAX_WORKERS = 16
-    IDLE = 5.0
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.cond = threading.Condition()
-        self.schedule = Schedule()
-        self.jobs: Deque[Tuple[float, float, Callable[[], None]]] = deque()
-        self.workers = 0
-        self.idle = 0
-        self.thread: Optional[threading.Thread] = None
-
-    def add(self, hold: Hold) -> None:
-        with self.cond:
-            self.schedule.add(hold)
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._keep, name="redislock-schedule", daemon=True)
-                self.thread.start()
-            self.cond.notify_all()
-
-    def remove(self, hold: Hold) -> None:
-        with self.cond:
-            self.schedule.remove(hold)
-
-    def submit(self, job: Callable[[], None], patience: float = 0.25) -> None:
-        with self.cond:
-            self.jobs.append((time.monotonic(), patience, job))
-            self._staff(time.monotonic())
-            self.cond.notify_all()
-
-    def _staff(self, now: float) -> None:
-        """Starts a worker when there is none, or when the oldest job waited past its patience
-        with every worker busy."""
-        if not self.jobs or self.idle or self.workers >= self.MAX_WORKERS:
-            return
-        queued, patience, _ = self.jobs[0]
-        if self.workers and now - queued < patience:
-            return
-        self.workers += 1
-        threading.Thread(target=self._work, name="redislock-renew", daemon=True).start()
-
-    def _keep(self) -> None:
-        with self.cond:
-            while True:
-                now = time.monotonic()
-                renew, lost = self.schedule.due(now)
-                for hold, request in renew:
-                    self.jobs.append((now, min(0.25, hold.ttl_ms / 10000), _renewal(self, hold, request, now)))
-                for hold in lost:  # signalled at once: a worker now, a new one if none is idle
-                    self.jobs.append((now, 0.0, _loss(hold)))
-                self._staff(now)
-                if self.jobs:
-                    self.cond.notify_all()
-                wake = self.schedule.next_wake()
-                if self.jobs and not self.idle:  # look again when the oldest job runs out of patience
-                    queued, patience, _ = self.jobs[0]
-                    wake = queued + patience if wake is None else min(wake, queued + patience)
-                self.cond.wait(None if wake is None else max(0.0, wake - time.monotonic()))
-
-    def _work(self) -> None:
-        with self.cond:
-            while True:
-                while not self.jobs:
-                    self.idle += 1
-                    woken = self.cond.wait(self.IDLE)
-                    self.idle -= 1
-                    if not woken and not self.jobs and self.workers > 1:
-                        self.workers -= 1
-                        return
-                _, _, job = self.jobs.popleft()
-                if self.jobs:  # the scheduler looks again at whether more hands are needed
-                    self.cond.notify_all()
-                self.cond.release()
-                try:
-                    job()
-                except Exception:  # a job never kills the worker
-                    logger.exception("redislock renewal job failed")
-                finally:
-                    self.cond.acquire()
-
-
-def _renewal(renewer: _Renewer, hold: Hold, request: Send, sent: float) -> Callable[[], None]:
-    def job() -> None:
-        owner: Lock = hold.owner
-        reply: Any = None
-        error: Optional[BaseException] = None
-        try:
-            reply = owner._carry(request)
-        except Exception as err:
-            error = err
-        with renewer.cond:
-            gone = hold.renewed(sent, reply, error)
-            if gone:
-                hold.mark_lost(time.monotonic())
-            else:
-                renewer.schedule.add(hold)
-                renewer.cond.notify_all()
-        if gone:
-            _loss(hold)()
-
-    return job
-
-
-def _loss(hold: Hold) -> Callable[[], None]:
-    def job() -> None:
-        owner: Lock = hold.owner
-        if owner._note_loss(hold):
-            owner._call_on_lost(hold)
-
-    return job
-
-
-_renewer: Optional[_Renewer] = None
-_renewer_mutex = threading.Lock()
-
-
-def renewer() -> _Renewer:
-    """The process's renewer (a forked child gets one of its own: the parent's threads are not
-    there, and the parent's holds are not renewed from the child)."""
-    global _renewer
-    with _renewer_mutex:
-        if _renewer is None or _renewer.pid != os.getpid():
-            _renewer = _Renewer()
-        return _renewer
-
-
-class _LeaseEvent(threading.Event):
-    """``lock.lost``: set when the hold is lost (see ``on_lost``), and read as set once the
-    current hold's lease clock ran out, even where no renewal thread runs (a forked child)."""
-
-    def __init__(self, lock: "Lock") -> None:
-        super().__init__()
-        self._lock = lock
-
-    def _left(self) -> Optional[float]:
-        """The lease time left where the event must read the lease clock itself: a hold that
-        no renewal thread watches (without ``auto_renew`` and ``on_lost``, or in a forked
-        child); None where the renewal thread sets the event."""
-        hold = self._lock._held()
-        if hold is None or hold.ended and not hold.lost:
-            return None
-        if hold.watched and hold.pid == os.getpid():
-            return None
-        return hold.left()
-
-    def is_set(self) -> bool:
-        return super().is_set() or self._left() == 0.0
-
-    def wait(self, timeout: Optional[float] = None) -> bool:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = self._left()
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if left is None or (remaining is not None and remaining <= left):
-                return super().wait(remaining)
-            if super().wait(left) or self.is_set():
-                return True
-            # The lease clock moved on (a renewal was answered): wait on.
+T = TypeVar("T")
 
 
 class _Local(threading.local):
@@ -195,6 +30,8 @@ class _Local(threading.local):
     token: Optional[bytes] = None
     fence: Optional[int] = None
     hold: Optional[Hold] = None
+    #: The connection an ``ephemeral`` acquire is asking on, until the grant takes it.
+    pending: Optional[Owned] = None
 
 
 class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
@@ -257,7 +94,7 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         raise self._not_acquired()
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
-        drive(self._leave(exc_type), self._carry)
+        self._drive(self._leave(exc_type))
 
     def acquire(
         self,
@@ -274,7 +111,7 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         failover is sent again to the node serving the key, with the time left. A wait never
         outlives ``blocking_timeout`` by more than the network's round trip: with no answer by
         then, ``redis.exceptions.TimeoutError``."""
-        return drive(self._acquire(sleep, blocking, blocking_timeout, token), self._carry)
+        return self._asking(self._acquire(sleep, blocking, blocking_timeout, token))
 
     def locked(self) -> bool:
         """True if the lock is held by anyone (a plain string under the name counts, as it
@@ -291,18 +128,18 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         server bounded in time: at most the lease time left (at least 1 s), and never more than
         the client's ``socket_timeout``; then ``redis.exceptions.TimeoutError``, and the token is
         kept, so that a later ``release()`` can try again."""
-        drive(self._release(), self._carry)
+        self._drive(self._release())
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
         """Add ``additional_time`` seconds to the remaining time (or, with ``replace_ttl``, set
         the remaining time to it). A result of zero or less ends the hold, as the key's expiry
         does for redis-py's Lock. With ``auto_renew``, the next renewal sets it back to the
         lock's timeout."""
-        return drive(self._extend(additional_time, replace_ttl), self._carry)
+        return self._drive(self._extend(additional_time, replace_ttl))
 
     def reacquire(self) -> bool:
         """Reset the remaining time to the lock's timeout."""
-        return drive(_core.reacquire(self._spec, self.local), self._carry)
+        return self._drive(_core.reacquire(self._spec, self.local))
 
     # -- more than redis-py -------------------------------------------------------------------
 
@@ -325,6 +162,43 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
             return send(self.redis, request)
         time.sleep(request.seconds)  # polling a key of another type
         return None
+
+    def _carry_hold(self, hold: Hold, request: Request) -> Any:
+        """A request of ``hold`` (a renewal): on its own connection if it is bound to one."""
+        return carrier(self._carry, hold.conn)(request)
+
+    def _asking(self, flow: Flow[T]) -> T:
+        """An acquire: with ``ephemeral``, asked on a connection of the lock's own, which the
+        hold then lives on (closed here if nothing was granted)."""
+        if not self.ephemeral:
+            return drive(flow, self._carry)
+        owned = owned_for(self.redis, self.name, max(self._ttl_ms / 1000, 1.0))
+        self.local.pending = owned
+        try:
+            return drive(flow, carrier(self._carry, owned))
+        finally:
+            self.local.pending = None
+            if owned is not None and not owned.pinned:
+                owned.close()
+
+    def _drive(self, flow: Flow[T]) -> T:
+        """Any other operation: the current hold's requests on its own connection, which is
+        closed once the hold ended (released, lost)."""
+        hold = self._held()
+        owned = None if hold is None else hold.conn
+        try:
+            return drive(flow, carrier(self._carry, owned))
+        finally:
+            if owned is not None and hold is not None and hold.ended:
+                owned.close()
+
+    def _bind(self, hold: Hold, previous: Optional[Hold]) -> None:
+        owned = getattr(self.local, "pending", None)
+        if previous is not None and previous.conn is not None and previous.conn is not owned:
+            previous.conn.close()  # a hold replaced by a new grant: nothing renews it now
+        if owned is not None:
+            hold.conn = owned
+            owned.watch(lambda: closed(hold))
 
     def _schedule(self, hold: Hold) -> None:
         if not self.auto_renew and self.on_lost is None:

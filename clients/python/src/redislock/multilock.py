@@ -5,7 +5,7 @@ machinery (its connections, the process's renewal thread)."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, Union, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Type, TypeVar, Union, cast
 
 import redis as redis_py
 from redis.crc import key_slot
@@ -13,13 +13,16 @@ from redis.crc import key_slot
 from ._base import logger
 from ._common import Number
 from ._lease import Hold
-from ._flow import Request, Send, drive
+from ._flow import Flow, Request, Send, drive
 from ._link import link_for, send
 from ._mbase import MultiLockBase
 from ._multi import CrossSlotError, MultiHold, Name, RenewAll, renew_all
-from .lock import _LeaseEvent, renewer
+from ._owned import Owned, carrier, owned_for
+from ._renewer import _LeaseEvent, closed, renewer
 
 __all__ = ["MultiLock", "CrossSlotError"]
+
+T = TypeVar("T")
 
 
 class MultiLock(MultiLockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
@@ -63,20 +66,20 @@ class MultiLock(MultiLockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         raise self._not_acquired()
 
     def __exit__(self, exc_type: Optional[Type[BaseException]], *rest: object) -> None:
-        drive(self._leave(exc_type), self._carry)
+        self._drive(self._leave(exc_type))
 
     def acquire(
         self, blocking: Optional[bool] = None, blocking_timeout: Optional[Number] = None, token: Optional[bytes] = None
     ) -> bool:
         """Take every key: True once granted, False if not granted within ``blocking_timeout``
         seconds (None: waits without limit), or at once with ``blocking=False``."""
-        return drive(self._acquire(blocking, blocking_timeout, token), self._carry)
+        return self._asking(self._acquire(blocking, blocking_timeout, token))
 
     def release(self) -> int:
         """Give every key back: the number released (all of them, else ``LockNotOwnedError``).
         Without an answer (``TimeoutError``) the token is kept: ``release()`` can be called
         again."""
-        return drive(self._release(), self._carry)
+        return self._drive(self._release())
 
     def owned(self) -> bool:
         """Held, by the local lease clock (no I/O)."""
@@ -86,11 +89,45 @@ class MultiLock(MultiLockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
 
     def _carry(self, request: Request) -> Any:
         if isinstance(request, RenewAll):
-            return drive(renew_all(request), self._carry)
+            return drive(renew_all(request), carrier(self._carry, request.hold.conn))
         if isinstance(request, Send):
             return send(self.redis, request)
         time.sleep(request.seconds)  # polling a key of another type
         return None
+
+    def _carry_hold(self, hold: Hold, request: Request) -> Any:
+        return carrier(self._carry, hold.conn)(request)
+
+    def _asking(self, flow: Flow[T]) -> T:
+        """An acquire: with ``ephemeral``, asked on a connection of the lock's own, which the
+        hold then lives on (closed here if nothing was granted)."""
+        if not self.ephemeral:
+            return drive(flow, self._carry)
+        owned = owned_for(self.redis, self.names[0], max(self._ttl_ms / 1000, 1.0))
+        self._pending: Optional[Owned] = owned
+        try:
+            return drive(flow, carrier(self._carry, owned))
+        finally:
+            self._pending = None
+            if owned is not None and not owned.pinned:
+                owned.close()
+
+    def _drive(self, flow: Flow[T]) -> T:
+        hold = self._held()
+        owned = None if hold is None else hold.conn
+        try:
+            return drive(flow, carrier(self._carry, owned))
+        finally:
+            if owned is not None and hold is not None and hold.ended:
+                owned.close()
+
+    def _bind(self, hold: MultiHold, previous: Optional[MultiHold]) -> None:
+        owned: Optional[Owned] = getattr(self, "_pending", None)
+        if previous is not None and previous.conn is not None and previous.conn is not owned:
+            previous.conn.close()
+        if owned is not None:
+            hold.conn = owned
+            owned.watch(lambda: closed(hold))
 
     def _schedule(self, hold: MultiHold) -> None:
         if not self.auto_renew and self.on_lost is None:
