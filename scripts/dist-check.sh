@@ -227,9 +227,9 @@ quickstarts_run() {
     start_server "clients-$1" "$2" --loadmodule "$tmp/deb/usr/lib/redis/modules/redislock.so" || return 1
     local status=0
     echo "# python examples/quickstart.py $port"
-    (cd "$tmp" && "$tmp/venv/bin/python" "$tmp/sdist/redislock-$version/examples/quickstart.py" "$port") || status=1
+    (cd "$tmp" && REDIS_PORT=$port "$tmp/venv/bin/python" "$tmp/sdist/redislock-$version/examples/quickstart.py") || status=1
     echo "# node quickstart.js $port"
-    (cd "$tmp/node" && node quickstart.js "$port") || status=1
+    (cd "$tmp/node" && REDIS_PORT=$port node quickstart.js) || status=1
     stop_server
     return $status
 }

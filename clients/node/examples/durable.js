@@ -2,13 +2,12 @@
 // attached to the server, the routine runs; without one (as where the tests run it), using()
 // rejects with NotReplicatedError and nothing is left held.
 //
-//   node durable.js [PORT]
+//   node durable.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 "use strict";
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function main() {
-  // docs:begin durable
   const Redis = require("ioredis");
   const { Locker, NotReplicatedError } = require("redislock");
 
@@ -26,7 +25,6 @@ async function main() {
   }
   await locker.quit();
   await redis.quit();
-  // docs:end durable
 }
 
 main().catch((e) => {

@@ -1,6 +1,6 @@
 // One active scheduler among N processes: the classic job of a leader election (docs/clients.md).
 //
-//   node election.js [PORT]
+//   node election.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 //
 // Each scheduler campaigns; the one elected schedules jobs, writing each through a fence gate with
 // its term, then resigns, and the next candidate in line takes over with a higher term. Here three
@@ -12,10 +12,9 @@
 
 const assert = require("node:assert/strict");
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function main() {
-  // docs:begin election
   const Redis = require("ioredis");
   const { Locker, StaleFenceError } = require("redislock");
 
@@ -42,7 +41,6 @@ async function main() {
       console.log(`now leading: ${leader.data} in term ${leader.term}`);
     }
   }
-  // docs:end election
 
   const following = new AbortController();
   const followed = (await locker.supports("LOCK.OBSERVE")) ? follow(following.signal).catch(() => {}) : null;

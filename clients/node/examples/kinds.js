@@ -1,12 +1,11 @@
 // Shared locks and semaphores from Node.js: the example of docs/clients.md.
 //
-//   node kinds.js [PORT]
+//   node kinds.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 "use strict";
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function main() {
-  // docs:begin kinds
   const Redis = require("ioredis");
   const { Locker, LockKindError } = require("redislock");
 
@@ -40,7 +39,6 @@ async function main() {
 
   await locker.quit();
   await redis.quit();
-  // docs:end kinds
 }
 
 main().catch((err) => {

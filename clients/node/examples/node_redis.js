@@ -1,12 +1,11 @@
 // redislock with node-redis 6 (the `redis` package).
 //
-//   node node_redis.js [PORT]
+//   node node_redis.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 "use strict";
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function main() {
-  // docs:begin node-redis
   const { createClient } = require("redis");
   const { Locker } = require("redislock");
 
@@ -19,7 +18,6 @@ async function main() {
 
   await locker.quit();
   await client.close();
-  // docs:end node-redis
 }
 
 main().catch((e) => {

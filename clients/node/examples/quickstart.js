@@ -1,16 +1,15 @@
 // redislock from Node.js: the example of docs/clients.md.
 //
-//   node quickstart.js [PORT]
+//   node quickstart.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 "use strict";
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function writeReport(part, fence) {
   console.log(`${part} written with fence ${fence}`);
 }
 
 async function main() {
-  // docs:begin quickstart
   const Redis = require("ioredis");
   const { Locker, LockBusyError } = require("redislock");
 
@@ -43,7 +42,6 @@ async function main() {
   await first.release();
   await locker.quit();
   await redis.quit();
-  // docs:end quickstart
 }
 
 main().catch((e) => {

@@ -1,7 +1,7 @@
 // Money moved between accounts, each transfer holding both accounts at once (docs/clients.md,
 // "Locking several resources").
 //
-//   node transfer.js [PORT]
+//   node transfer.js        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 //
 // Transfers run both ways at the same time (alice → bob while bob → alice): each takes the locks
 // of its two accounts in one step, all or nothing, so no transfer holds one account while waiting
@@ -11,10 +11,9 @@
 
 const assert = require("node:assert/strict");
 
-const PORT = Number(process.argv[2] || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 async function main() {
-  // docs:begin transfer
   const Redis = require("ioredis");
   const { Locker } = require("redislock");
 
@@ -36,7 +35,6 @@ async function main() {
       return true;
     });
   }
-  // docs:end transfer
 
   if (!(await locker.supports("LOCK.ACQUIREALL"))) {
     console.log("this server's redislock has no LOCK.ACQUIREALL: nothing to show");

@@ -32,9 +32,9 @@ for (const file of fs.readdirSync(DIR).filter((f) => f.endsWith(".js")).sort()) 
     const control = await LIBRARIES[0].connect(server.port);
     await control.flushall();
     await control.quit();
-    const env = { ...process.env, NODE_PATH: nodePath() };
+    const env = { ...process.env, NODE_PATH: nodePath(), REDIS_PORT: String(server.port) };
     const { code, stdout, stderr } = await new Promise((resolve) => {
-      execFile(process.execPath, [path.join(DIR, file), String(server.port)], { env, timeout: 60000 },
+      execFile(process.execPath, [path.join(DIR, file)], { env, timeout: 60000 },
         (err, stdout, stderr) => resolve({ code: err ? err.code ?? 1 : 0, stdout, stderr }));
     });
     assert.equal(code, 0, `${file} failed:\n${stdout}\n${stderr}`);

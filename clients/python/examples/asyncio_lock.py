@@ -1,15 +1,14 @@
 """redislock with redis.asyncio (docs/clients.md).
 
-    python asyncio_lock.py [PORT]
+    python asyncio_lock.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 """
 
 import asyncio
-import sys
+import os
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
 
-# docs:begin asyncio
 import redis.asyncio as aioredis
 import redislock.asyncio
 
@@ -22,4 +21,3 @@ async def main() -> None:
 
 
 asyncio.run(main())
-# docs:end asyncio

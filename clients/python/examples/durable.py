@@ -1,16 +1,15 @@
 """A grant reported only once a replica has it (docs/clients.md).
 
-    python durable.py [PORT]
+    python durable.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 
 With a replica attached to the server, the grant is acknowledged and the block runs; without one
 (as where the tests run it), acquire raises NotReplicatedError and nothing is left held.
 """
 
-import sys
+import os
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
-# docs:begin durable
 import redis
 import redislock
 
@@ -23,4 +22,3 @@ try:
 except redislock.NotReplicatedError as err:
     # Not acknowledged within 0.5 s: the grant was released again (err.released).
     print(f"not replicated: {err.replicas} of {err.needed} replica(s); released: {err.released}")
-# docs:end durable

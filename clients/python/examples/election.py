@@ -1,6 +1,6 @@
 """One active scheduler among N processes: the classic job of a leader election (docs/clients.md).
 
-    python election.py [PORT]
+    python election.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 
 Each scheduler campaigns; the one elected schedules jobs, writing each through a fence gate with
 its term, then resigns, and the next candidate in line takes over with a higher term. Here three
@@ -10,13 +10,12 @@ A write with an older term is refused at the gate. Where the server has LOCK.OBS
 prints each new leader as it is elected.
 """
 
-import sys
+import os
 import threading
 from typing import List
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
-# docs:begin election
 import redis
 import redislock
 
@@ -42,7 +41,6 @@ def follow() -> None:
     """A follower's view: who leads, as soon as it changes (LOCK.OBSERVE)."""
     for leader in redislock.Election(r, "election:scheduler").observe():
         print(f"now leading: {leader.data!r} in term {leader.term}")
-# docs:end election
 
 
 if redislock.supports(r, "LOCK.OBSERVE"):

@@ -1,13 +1,12 @@
 """What happens when a lock is lost under its holder (docs/clients.md).
 
-    python lost_lock.py [PORT]
+    python lost_lock.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 """
 
-import sys
+import os
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
-# docs:begin lost
 import threading
 
 import redis
@@ -26,4 +25,3 @@ try:
     lock.release()
 except LockNotOwnedError:      # redis-py's own exception, as with its Lock
     print("lock:lost was lost before release")
-# docs:end lost

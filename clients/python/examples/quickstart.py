@@ -1,31 +1,22 @@
 """redislock from Python: the example of the README.
 
-    python quickstart.py [PORT]
+    python quickstart.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 """
 
-import sys
+import os
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
-
-
-def do_the_work(step: int, fence: int) -> None:
-    print(f"step {step} with fence {fence}")
-
-
-# docs:begin quickstart
 import redis
 import redislock
 
-r = redis.Redis(host="127.0.0.1", port=PORT)
+r = redis.Redis(host="127.0.0.1", port=int(os.environ.get("REDIS_PORT", "6379")))
 
 # redis-py's own lock(), served by the module: waits in the server, and hands out a fence.
 with r.lock("lock:report", timeout=30, blocking_timeout=5, lock_class=redislock.Lock) as lock:
     print("holding lock:report with fence", lock.fence)
 
 # No timeout: held until released, its lease renewed in the background.
-with redislock.Lock(r, "lock:nightly") as lock:
+with redislock.Lock(r, "lock:nightly") as nightly:
     for step in range(3):
-        if lock.lost.is_set():                 # set when the hold is lost (or may be)
+        if nightly.lost.is_set():              # set when the hold is lost (or may be)
             raise SystemExit("lock:nightly was lost: stop")
-        do_the_work(step, lock.fence)
-# docs:end quickstart
+        print(f"step {step} of the nightly job, with fence {nightly.fence}")

@@ -1,13 +1,12 @@
 """Shared locks and semaphores from Python: the example of docs/clients.md.
 
-    python shared_locks.py [PORT]
+    python shared_locks.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 """
 
-import sys
+import os
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
-# docs:begin shared
 import redis
 import redislock
 
@@ -37,4 +36,3 @@ with redislock.Lock(r, "lock:exports", timeout=30, limit=2) as place:
         redislock.Lock(r, "lock:exports", timeout=30, limit=3).acquire()
     except redislock.LockKindError as err:   # every holder must give the same limit
         print("refused: the key has LIMIT", err.limit)
-# docs:end shared

@@ -1,7 +1,7 @@
 """Money moved between accounts, each transfer holding both accounts at once (docs/clients.md,
 "Locking several resources").
 
-    python transfer.py [PORT]
+    python transfer.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 
 Transfers run both ways at the same time (alice → bob while bob → alice): each takes the locks
 of its two accounts in one step, all or nothing, so no transfer holds one account while waiting
@@ -9,12 +9,12 @@ for the other, and none can deadlock, whatever order it names them in. Each writ
 its account's fence gate with that account's fence. The total stays the same.
 """
 
+import os
 import sys
 import threading
 
-PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 6379
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
-# docs:begin transfer
 import redis
 import redislock
 
@@ -35,7 +35,6 @@ def transfer(source: str, target: str, amount: int) -> bool:
         redislock.FenceGate(r, f"{{bank}}:gate:{target}").call(
             fences[locks[1]], "INCRBY", f"{{bank}}:balance:{target}", amount)
     return True   # leaving the block released both locks (LOCK.RELEASEALL)
-# docs:end transfer
 
 
 if not redislock.supports(r, "LOCK.ACQUIREALL"):

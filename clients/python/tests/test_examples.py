@@ -26,8 +26,9 @@ def test_example_runs(server: Server, r: redis.Redis, path: Path) -> None:
     env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO / "clients/python/src"), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
+    env["REDIS_PORT"] = str(server.port)
     done = subprocess.run(
-        [sys.executable, str(path), str(server.port)],
+        [sys.executable, str(path)],
         env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     assert done.returncode == 0, f"{path} exited {done.returncode}\n{done.stdout}\n{done.stderr}"
