@@ -12,6 +12,7 @@ const { errorText, translate, str, CONNECTION_LOST, isReply, parseGrant } = requ
 const { redirection, RETRY_LATER, retryPause } = require("./cluster");
 const { followUp } = require("./connections");
 const { Hold } = require("./hold");
+const { Bound, ownedRequest } = require("./bound");
 const { MULTI_TOOLS, MultiHold } = require("./tools");
 
 /**
@@ -32,8 +33,7 @@ async function tryAcquire(locker, name, ttlMs, opts = {}, extra = null) {
   if (signal && signal.aborted) throw abortReason(signal);
   if (opts.onLost !== undefined && typeof opts.onLost !== "function") throw new TypeError(`onLost must be a function, not ${shown(opts.onLost)}`);
   const token = opts.token === undefined ? newToken() : String(opts.token);
-  // `extra` (an election's campaign): { args } more options (DATA), { keep } receives the
-  // connection that waited for the grant, kept out of the pool (the hold is bound to it).
+  // `extra` (an election's campaign): { args }, more options (DATA).
   const args = ["LOCK.ACQUIRE", name, token, "PX", ttlMs, ...modeArgs(opts), ...(extra ? extra.args : [])];
   const wait = opts.wait === undefined ? 0 : opts.wait;
   if (!(wait === 0 || wait === Infinity || (typeof wait === "number" && wait > 0))) {
@@ -45,30 +45,54 @@ async function tryAcquire(locker, name, ttlMs, opts = {}, extra = null) {
   const follow = d && durable.follow(d, ttlMs);
   const unwrap = (r) => (follow && r ? r.reply : r);
   let sent = now();
-  let reply;
+  const { reply, bound } = await request(locker, name, args, { wait, signal, follow, ephemeral: !!opts.ephemeral }, (err) => translate(err, name, "acquire"));
+  // A hold bound to a connection of its own: its renewals and release go there (bound.js).
+  const via = bound || locker;
+  let hold = null;
+  try {
+    const grant = parseGrant(unwrap(reply), name);
+    if (!grant) return null;
+    if (d) await durable.confirm(d, name, reply, () => via.send(["LOCK.RELEASE", name, grant.token], name, Math.max(d.timeoutMs, 1000), "release"));
+    if (wait !== 0 && now() - sent > ttlMs / 10) {
+      // Granted after a wait: the lease began at the grant, some time after the request was
+      // sent; renew now so that the lease clock counts from a known moment.
+      const renewSent = now();
+      const renewal = await via.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], name, ttlMs, "extend", { follow }).catch(() => null);
+      const renewed = unwrap(renewal);
+      if (renewed != null && str(renewed) === "1") {
+        if (!d || durable.acks(d, renewal).ok) sent = renewSent; // else not acknowledged: it does not count
+      } else if (renewal !== null) return null; // gone already: a lease shorter than the round trip
+    }
+    hold = new Hold(locker, name, grant.token, grant.fence, ttlMs, sent, opts.onLost, d, bound);
+    return hold;
+  } finally {
+    // Not handed out (not granted, not acknowledged, gone already): its connection is closed.
+    if (bound && !hold) bound.close();
+  }
+}
+
+/**
+ * Sends a request for a grant (`args`), without waiting or waiting in the server (`wait`), and
+ * gives { reply, bound }. With `ephemeral` it goes on a connection opened for the hold (never
+ * the locker's shared one: the hold is bound to the connection that asked), kept as `bound` (a
+ * Bound) when the reply is not nil; otherwise `bound` is null. Errors pass through `translate`.
+ */
+async function request(locker, key, args, { wait, signal, follow, ephemeral, giveBack = null }, translate) {
+  const granted = (reply) => reply != null && (follow ? reply.reply != null : true);
   if (wait === 0) {
     try {
-      reply = await locker.send(args, name, COMMAND_TIMEOUT_MS, "acquire", { follow });
+      if (!ephemeral) return { reply: await locker.send(args, key, COMMAND_TIMEOUT_MS, "acquire", { follow }), bound: null };
+      const { reply, lent } = await ownedRequest(locker, key, args, COMMAND_TIMEOUT_MS, follow);
+      if (!granted(reply)) lent.drop();
+      return { reply, bound: granted(reply) ? new Bound(locker, lent) : null };
     } catch (err) {
-      throw translate(err, name, "acquire");
+      throw translate(err);
     }
-  } else {
-    reply = await waitFor(locker, name, args, wait, signal, follow, extra && extra.keep);
   }
-  let grant = parseGrant(unwrap(reply), name);
-  if (!grant) return null;
-  if (d) await durable.confirm(d, name, reply, () => locker.send(["LOCK.RELEASE", name, grant.token], name, Math.max(d.timeoutMs, 1000), "release"));
-  if (wait !== 0 && now() - sent > ttlMs / 10) {
-    // Granted after a wait: the lease began at the grant, some time after the request was
-    // sent; renew now so that the lease clock counts from a known moment.
-    const renewSent = now();
-    const renewal = await locker.send(["LOCK.EXTEND", name, grant.token, "PX", ttlMs], name, ttlMs, "extend", { follow }).catch(() => null);
-    const renewed = unwrap(renewal);
-    if (renewed != null && str(renewed) === "1") {
-      if (!d || durable.acks(d, renewal).ok) sent = renewSent; // else not acknowledged: it does not count
-    } else if (renewal !== null) return null; // gone already: a lease shorter than the round trip
-  }
-  return new Hold(locker, name, grant.token, grant.fence, ttlMs, sent, opts.onLost, d);
+  const keep = ephemeral ? { lent: null } : null;
+  const reply = await waitFor(locker, key, args, wait, signal, follow, keep, giveBack);
+  if (keep && keep.lent && !granted(reply)) keep.lent.drop();
+  return { reply, bound: keep && keep.lent && granted(reply) ? new Bound(locker, keep.lent) : null };
 }
 
 // A wait in the server, on a connection of its own (never the one other commands go through).
@@ -89,7 +113,8 @@ async function waitFor(locker, name, args, wait, signal, follow = null, keep = n
     const noConnection = () => new LockTimeoutError(`${name}: no connection for the wait within ${wait} ms`, name);
     let conn;
     try {
-      conn = await within(conns.lend(address), deadline + WAIT_GRACE_MS - now(), noConnection);
+      // A hold bound to the connection that waits (`keep`): one opened for it alone.
+      conn = await within(keep ? conns.own(address) : conns.lend(address), deadline + WAIT_GRACE_MS - now(), noConnection);
     } catch (err) {
       if (err instanceof LockError || locker.closed) throw err;
       if (!conns.cluster) {
@@ -214,4 +239,4 @@ async function unblock(locker, lent, address) {
   await run(["CLIENT", "KILL", "ID", lent.conn.id]).catch(() => {});
 }
 
-module.exports = { tryAcquire, waitFor };
+module.exports = { tryAcquire, waitFor, request };

@@ -241,6 +241,25 @@ class Connections {
     };
   }
 
+  /**
+   * A connection of its own for one hold bound to it (EPHEMERAL), as lend() gives, but never
+   * pooled: done() and drop() close it. No reconnection, queue or timeout of the application's
+   * (drivers.js): its close is the hold's end.
+   */
+  async own(address) {
+    const conn = this.track(await this.connector.open(address, "owned"));
+    try {
+      if (this.closed) throw new LockError("the locker was closed (quit)");
+      await conn.ready();
+      conn.id = str(await conn.call(["CLIENT", "ID"]));
+    } catch (err) {
+      this.forget(conn);
+      throw err;
+    }
+    const drop = () => this.forget(conn);
+    return { conn, call: (args, asking) => conn.call(args, asking), drop, done: drop };
+  }
+
   async close() {
     this.closed = true;
     const all = [...this.all];

@@ -1,5 +1,5 @@
 // The client libraries (ioredis, node-redis) behind one connection interface: call(), raw(),
-// ready(), alive, destroy(), close(); a connector per library opens them. I/O only: what to send
+// ready(), alive, onClose(), destroy(), close(); a connector per library opens them. I/O only: what to send
 // and what the answers mean is decided by the callers.
 "use strict";
 
@@ -25,6 +25,23 @@ function splitAddress(address) {
 // A command that must not be re-sent behind the caller's back when its connection drops (ioredis
 // would send it again, whole, on the next connection): it fails, and the locker decides.
 const IOREDIS_ONCE = { autoResendUnfulfilledCommands: false, maxRetriesPerRequest: 0, enableOfflineQueue: true };
+
+// A connection that a hold is bound to (EPHEMERAL): none of the application's timeouts (its
+// commands', its socket's), and no reconnection or queue of the library's: a close is the end of
+// the hold, reported by onClose(), never hidden behind a new connection.
+const IOREDIS_OWNED = {
+  ...IOREDIS_ONCE,
+  enableOfflineQueue: false,
+  retryStrategy: null,
+  reconnectOnError: null,
+  commandTimeout: undefined,
+  socketTimeout: undefined,
+  blockingTimeout: undefined,
+  enableAutoPipelining: false,
+};
+
+/** The options of each kind of connection: the shared one (false), one for a wait (true), one a hold is bound to ("owned"). */
+const ioredisExtra = (kind) => (kind === "owned" ? IOREDIS_OWNED : kind ? IOREDIS_ONCE : {});
 
 class IoredisConnection {
   constructor(source, options) {
@@ -75,8 +92,23 @@ class IoredisConnection {
     return this.conn.status !== "end";
   }
 
+  /** Calls `fn(why)` once when the connection closes (the socket's 'close', or its end). */
+  onClose(fn) {
+    let told = false;
+    const tell = (why) => {
+      if (told) return;
+      told = true;
+      fn(why);
+    };
+    if (typeof this.conn.once === "function") {
+      this.conn.once("close", () => tell("the socket closed"));
+      this.conn.once("end", () => tell("the connection ended"));
+    }
+    if (!this.alive) tell("the connection ended");
+  }
+
   destroy() {
-    for (const c of [this.conn, this.rawConn]) if (c) c.disconnect();
+    for (const c of [this.conn, this.rawConn]) if (c && typeof c.disconnect === "function") c.disconnect();
   }
 
   async close() {
@@ -108,8 +140,9 @@ class IoredisConnector {
     return this.baseClient;
   }
 
-  async open(address, blocking) {
-    const extra = blocking ? IOREDIS_ONCE : {};
+  /** A connection to `address` (null outside Cluster) of the kind given (see ioredisExtra). */
+  async open(address, kind) {
+    const extra = ioredisExtra(kind);
     if (!this.cluster) return new IoredisConnection(this.client, { stringNumbers: true, lazyConnect: false, ...extra });
     const { host, port } = splitAddress(address);
     // No reconnection of its own: a node that went away is looked up again in the topology.
@@ -141,6 +174,20 @@ class IoredisConnector {
 // timeout of the library's (the locker bounds each command itself, waits included).
 const NODE_REDIS_OPTIONS = { typeMapping: { 58: String, 36: Buffer, 43: Buffer, 37: Array }, timeout: 0 };
 
+/**
+ * The options of a connection a hold is bound to (see IOREDIS_OWNED): the application's socket
+ * options (host, port, TLS) without its socket timeout or reconnection; no offline queue, no
+ * command options (their timeout), no pings of the library's (the hold's own keep it alive).
+ */
+function nodeRedisOwned(socket) {
+  return {
+    socket: { ...socket, reconnectStrategy: false, socketTimeout: undefined },
+    disableOfflineQueue: true,
+    commandOptions: undefined,
+    pingInterval: undefined,
+  };
+}
+
 class NodeRedisConnection {
   constructor(conn) {
     this.conn = conn;
@@ -169,6 +216,19 @@ class NodeRedisConnection {
     return this.conn.isOpen !== false;
   }
 
+  /** Calls `fn(why)` once when the connection closes ('terminated': it will not reconnect; 'end'). */
+  onClose(fn) {
+    let told = false;
+    const tell = (why) => {
+      if (told) return;
+      told = true;
+      fn(why);
+    };
+    this.conn.once("terminated", (cause) => tell(`the socket closed${cause && cause.message ? ` (${cause.message})` : ""}`));
+    this.conn.once("end", () => tell("the connection ended"));
+    if (!this.alive) tell("the connection ended");
+  }
+
   destroy() {
     try {
       this.conn.destroy ? this.conn.destroy() : this.conn.disconnect();
@@ -193,9 +253,12 @@ class NodeRedisConnector {
     this.baseClient = null;
   }
 
-  async open(address, blocking) {
-    void blocking;
-    if (!this.cluster) return new NodeRedisConnection(this.client.duplicate());
+  /** A connection to `address` (null outside Cluster): shared (false), for a wait (true), or "owned" by a hold. */
+  async open(address, kind) {
+    if (!this.cluster) {
+      if (kind !== "owned") return new NodeRedisConnection(this.client.duplicate());
+      return new NodeRedisConnection(this.client.duplicate(nodeRedisOwned((this.client.options && this.client.options.socket) || {})));
+    }
     if (!this.baseClient) {
       const masters = this.client.masters || [];
       if (!masters.length) throw new LockError("the node-redis cluster client is not connected (await cluster.connect())");
@@ -204,7 +267,7 @@ class NodeRedisConnector {
     const base = this.baseClient;
     const { host, port } = splitAddress(address);
     const socket = { ...((base.options && base.options.socket) || {}), host, port, reconnectStrategy: false };
-    return new NodeRedisConnection(base.duplicate({ socket }));
+    return new NodeRedisConnection(base.duplicate(kind === "owned" ? nodeRedisOwned(socket) : { socket }));
   }
 
   seeds() {

@@ -3,10 +3,11 @@
 // public data (DATA), waiting in the server (first come, first served among the candidates) and
 // renewed every third of its lease until resign(): campaign() is its acquire, the term is its
 // fence, its lease clock (signal, onLost) says when leadership may be gone, resign() is its
-// release. The term is bound to a connection of the locker's own that is kept for it (not lent
-// to other waits meanwhile): when the process dies, the connection closes and the server hands
-// the term to the next candidate at once; when the term is lost, that connection is closed, so
-// that whatever the server may still have of it ends as soon as the server hears of it.
+// release. The term is bound to a connection the locker opens for it alone (bound.js): its
+// renewals go there, so no timeout of the server's or the application's closes it; when it
+// closes (the process dies, CLIENT KILL, a restart) the server hands the term to the next
+// candidate at once and this candidate is told as soon as its socket says so; when the term is
+// lost or resigned, that connection is closed.
 //
 // Observation is decided in `Observation` (no I/O): the first LOCK.OBSERVE asks for the current
 // holder, each later one waits in the server AFTER the fence last seen (a change made while the
@@ -136,7 +137,6 @@ class Election {
     this.durable = { replicas: opts.replicas, replicasTimeoutMs: opts.replicasTimeoutMs };
     /** The hold of the latest term (released or lost once it ended), or null before the first. */
     this.hold = null;
-    this.kept = null; // the connection the term is bound to
     this.campaigning = false;
   }
 
@@ -165,32 +165,25 @@ class Election {
     if (this.isLeader) return this.hold.fence;
     if (this.campaigning) throw new LockError(`a campaign of this election of ${this.name} is already waiting`, this.name);
     this.campaigning = true;
-    const keep = { lent: null };
     let hold = null;
     try {
       hold = await this.locker.tryAcquire(
         this.name,
         this.leaseMs,
         { wait, signal, ephemeral: true, onLost: (err, lost) => this.lost(err, lost), ...this.durable },
-        { args: this.data ? ["DATA", this.data] : [], keep },
+        { args: this.data ? ["DATA", this.data] : [] },
       );
     } finally {
       this.campaigning = false;
-      // Granted, then not kept (not acknowledged by the replicas, or gone already): its connection
-      // is closed, which ends whatever the server may still have of it.
-      if (!hold && keep.lent) keep.lent.drop();
     }
     if (!hold) return null;
     this.hold = hold;
-    this.kept = keep.lent;
     hold.renewEvery(this.leaseMs);
     return hold.fence;
   }
 
   lost(err, hold) {
     if (hold !== this.hold) return;
-    if (this.kept) this.kept.drop();
-    this.kept = null;
     if (this.onLost) this.onLost(err, this);
   }
 
@@ -203,8 +196,6 @@ class Election {
     if (!hold || hold.released) return false;
     const wasLost = hold.signal.aborted;
     const released = await hold.release();
-    if (this.kept) this.kept.done(true);
-    this.kept = null;
     return released && !wasLost;
   }
 

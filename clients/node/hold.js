@@ -1,5 +1,7 @@
 // A hold of a lock: its lease clock (signal, onLost, leaseLeft), extend(), renewal, release(),
-// owned() and call() (LOCK.CALL), on the locker that took it.
+// owned() and call() (LOCK.CALL), on the locker that took it. A hold bound to a connection
+// (EPHEMERAL) is renewed and released on that connection (bound.js), and lost when it closes.
+// Every way a hold ends goes through lose() (signalled, once) or release().
 "use strict";
 
 const { LockLostError } = require("./errors");
@@ -12,8 +14,12 @@ const { translate, translateGuarded, str } = require("./replies");
 const retryRenewal = (ttlMs) => Math.min(Math.max(ttlMs / 20, 10), 250);
 
 class Hold {
-  constructor(locker, name, token, fence, ttlMs, sent, onLost, durability = null) {
+  constructor(locker, name, token, fence, ttlMs, sent, onLost, durability = null, bound = null) {
     this.locker = locker;
+    /** The connection the hold is bound to (a Bound: EPHEMERAL), or null. */
+    this.bound = bound;
+    /** Where the hold's extensions and release go: its own connection, or the locker's. */
+    this.channel = bound || locker;
     /** The acknowledgements each extension must get to count (`replicas`, `aof*`), or null. */
     this.durability = durability;
     this.name = name;
@@ -30,6 +36,10 @@ class Hold {
     /** Aborted (reason: LockLostError) when the hold is known lost, or its lease ran out unrenewed. */
     this.signal = controller.signal;
     this.setLease(sent, ttlMs);
+    if (bound) {
+      // The server released the hold when the connection closed: lost now, not at the next renewal.
+      bound.onClose((why) => this.lose(new LockLostError(`${name}: the connection the hold is bound to closed (${why}); the server released it`, name)));
+    }
   }
 
   /** The lease clock: a lease of `ttlMs` set by a request sent at `sent` (now()) ends no earlier. */
@@ -53,12 +63,17 @@ class Hold {
     });
   }
 
-  /** Signals the loss once: `signal` aborts with `err`, then `onLost(err, hold)` runs. */
+  /**
+   * Signals the loss once, whatever reports it first (a renewal, the lease clock, the bound
+   * connection's close) and however many do: `signal` aborts with `err`, then `onLost(err, hold)`
+   * runs. A bound connection is closed: whatever the server still has of the hold ends with it.
+   */
   lose(err) {
     if (this.released || this.signal.aborted) return;
     this.stopRenewing();
     clock.cancel(this.lossEntry);
     this.lossEntry = null;
+    if (this.bound) this.bound.close();
     this.leaseEnd = Math.min(this.leaseEnd, now());
     this.abortSignal(err);
     if (this.onLost) {
@@ -89,7 +104,7 @@ class Hold {
     let reply;
     try {
       const follow = d && durable.follow(d, Math.min(ttlMs, timeoutMs));
-      reply = await this.locker.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], this.name, timeoutMs, "extend", { follow });
+      reply = await this.channel.send(["LOCK.EXTEND", this.name, this.token, "PX", ttlMs], this.name, timeoutMs, "extend", { follow });
     } catch (err) {
       const e = translate(err, this.name, "extend");
       if (e instanceof LockLostError) this.lose(e);
@@ -159,7 +174,7 @@ class Hold {
     this.lossEntry = null;
     let reply;
     try {
-      reply = await this.locker.send(["LOCK.RELEASE", this.name, this.token], this.name, Math.max(this.leaseLeft, 1000), "release");
+      reply = await this.channel.send(["LOCK.RELEASE", this.name, this.token], this.name, Math.max(this.leaseLeft, 1000), "release");
     } catch (err) {
       this.released = false;
       this.watch();
@@ -167,6 +182,7 @@ class Hold {
       throw translate(err, this.name, "release");
     }
     this.leaseEnd = 0;
+    if (this.bound) this.bound.close();
     return str(reply) === "1";
   }
 

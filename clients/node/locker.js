@@ -9,7 +9,7 @@ const { checkName, fenceArg } = require("./args");
 const { isUnsupported, translateGuarded, parseInfo } = require("./replies");
 const { Connections } = require("./connections");
 const { connectorFor } = require("./drivers");
-const { tryAcquire, waitFor } = require("./acquire");
+const { tryAcquire, waitFor, request } = require("./acquire");
 const { ELECTION_TOOLS } = require("./tools");
 
 class Locker {
@@ -48,6 +48,11 @@ class Locker {
   /** As acquire(), but resolves to null when the lock is not granted (see acquire.js). */
   tryAcquire(name, ttlMs, opts, extra) {
     return tryAcquire(this, name, ttlMs, opts, extra);
+  }
+
+  // A request for a grant, bound to a connection of its own with `ephemeral` (see acquire.js); multi.js asks through it.
+  request(key, args, opts, translate) {
+    return request(this, key, args, opts, translate);
   }
 
   // A wait in the server (see acquire.js); election.js and multi.js wait through it.

@@ -62,8 +62,8 @@ function makeMultiHold(tools) {
   const { Hold, now, str, positiveMs, translate } = tools;
 
   class MultiHold extends Hold {
-    constructor(locker, names, token, fences, ttlMs, sent, onLost, durability) {
-      super(locker, label(names), token, fences[0], ttlMs, sent, onLost, durability);
+    constructor(locker, names, token, fences, ttlMs, sent, onLost, durability, bound = null) {
+      super(locker, label(names), token, fences[0], ttlMs, sent, onLost, durability, bound);
       /** The keys, in the order given (node-redlock's name for them). */
       this.resources = [...names];
       /** One fence per key, in the order of `resources`. */
@@ -94,7 +94,7 @@ function makeMultiHold(tools) {
         let reply;
         try {
           const follow = d && durable.follow(d, Math.min(ttlMs, left));
-          reply = await this.locker.send(["LOCK.EXTEND", key, this.token, "PX", ttlMs], key, left, "extend", { follow });
+          reply = await this.channel.send(["LOCK.EXTEND", key, this.token, "PX", ttlMs], key, left, "extend", { follow });
         } catch (err) {
           const e = translate(err, this.name, "extend");
           if (e instanceof LockLostError) this.lose(e);
@@ -131,7 +131,7 @@ function makeMultiHold(tools) {
       const names = this.resources;
       let reply;
       try {
-        reply = await this.locker.send(["LOCK.RELEASEALL", names.length, ...names, this.token], names[0], Math.max(this.leaseLeft, 1000), "release");
+        reply = await this.channel.send(["LOCK.RELEASEALL", names.length, ...names, this.token], names[0], Math.max(this.leaseLeft, 1000), "release");
       } catch (err) {
         this.released = false;
         this.watch();
@@ -139,6 +139,7 @@ function makeMultiHold(tools) {
         throw errorOf(err, names, "release", tools);
       }
       this.leaseEnd = 0;
+      if (this.bound) this.bound.close();
       return Number(str(reply)) === names.length;
     }
 
@@ -179,45 +180,51 @@ async function tryAcquireAll(locker, names, ttlMs, opts, tools, MultiHold) {
   const key = names[0]; // every key is in one slot: the first routes the request
   const token = opts.token === undefined ? newToken() : String(opts.token);
   const args = ["LOCK.ACQUIREALL", names.length, ...names, token, "PX", ttlMs, ...modeArgs(opts)];
-  const releaseAll = (t, ms) => locker.send(["LOCK.RELEASEALL", names.length, ...names, t], key, ms, "release");
   const d = durable.durability(opts);
   if (d) await durable.check(d, label(names), locker.aofChecked, (a) => locker.send(a, key, COMMAND_TIMEOUT_MS, "check"));
   const follow = d && durable.follow(d, ttlMs);
   const unwrap = (r) => (follow && r ? r.reply : r);
   let sent = now();
+  // With `ephemeral`, every key is bound to a connection opened for this hold (bound.js).
+  let bound = null;
+  const releaseAll = (t, ms) => (bound || locker).send(["LOCK.RELEASEALL", names.length, ...names, t], key, ms, "release");
+  const giveBack = (late) => {
+    const grant = parseGrants(late, names);
+    return grant ? releaseAll(grant.token, 1000) : null;
+  };
+  const ephemeral = !!opts.ephemeral;
   let reply;
   try {
-    if (wait === 0) reply = await locker.send(args, key, COMMAND_TIMEOUT_MS, "acquire", { follow });
-    else {
-      const giveBack = (late) => {
-        const grant = parseGrants(late, names);
-        return grant ? releaseAll(grant.token, 1000) : null;
-      };
-      reply = await locker.waitFor(key, args, wait, signal, follow, null, giveBack);
-    }
+    ({ reply, bound } = await locker.request(key, args, { wait, signal, follow, ephemeral, giveBack }, (err) => err));
   } catch (err) {
     throw errorOf(err, names, "acquire", tools);
   }
-  const grant = parseGrants(unwrap(reply), names);
-  if (!grant) return null;
-  if (d) await durable.confirm(d, label(names), reply, () => releaseAll(grant.token, Math.max(d.timeoutMs, 1000)));
-  // onLost is set once the hold is handed out: a grant given back below is no loss to report.
-  const hold = new MultiHold(locker, names, grant.token, grant.fences, ttlMs, sent, null, d);
-  if (wait !== 0 && now() - sent > ttlMs / 10) {
-    // Granted after a wait: the lease began at the grant, some time after the request was sent;
-    // renew every key now so that the lease clock counts from a known moment.
-    try {
-      await hold.extend(ttlMs, ttlMs);
-    } catch (err) {
-      if (err instanceof LockLostError) {
-        await releaseAll(grant.token, 1000).catch(() => {});
-        return null; // gone already: a lease shorter than the round trip
+  let hold = null;
+  try {
+    const grant = parseGrants(unwrap(reply), names);
+    if (!grant) return null;
+    if (d) await durable.confirm(d, label(names), reply, () => releaseAll(grant.token, Math.max(d.timeoutMs, 1000)));
+    // onLost is set once the hold is handed out: a grant given back below is no loss to report.
+    const made = new MultiHold(locker, names, grant.token, grant.fences, ttlMs, sent, null, d, bound);
+    if (wait !== 0 && now() - sent > ttlMs / 10) {
+      // Granted after a wait: the lease began at the grant, some time after the request was sent;
+      // renew every key now so that the lease clock counts from a known moment.
+      try {
+        await made.extend(ttlMs, ttlMs);
+      } catch (err) {
+        if (err instanceof LockLostError) {
+          await releaseAll(grant.token, 1000).catch(() => {});
+          return null; // gone already: a lease shorter than the round trip
+        }
+        // not answered: the lease clock counts from the wait's request
       }
-      // not answered: the lease clock counts from the wait's request
     }
+    if (typeof opts.onLost === "function") made.onLost = opts.onLost;
+    hold = made;
+    return hold;
+  } finally {
+    if (bound && !hold) bound.close(); // not handed out: its connection is closed
   }
-  if (typeof opts.onLost === "function") hold.onLost = opts.onLost;
-  return hold;
 }
 
 /** locker.acquire([names], …): as tryAcquireAll, LockBusyError when not granted. */
