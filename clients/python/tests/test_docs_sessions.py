@@ -9,7 +9,11 @@ HTML comments before a block steer the replay: `<!-- replay: resp3 -->` (the blo
 `<!-- replay: server=bare -->` (a server started without the module in a directory holding
 `./target/release/libredislock.so`, as `redis-server` run from the repository root would),
 `<!-- replay: reply B -->` (the block is the reply to client B's command that was left waiting:
-a command followed directly by another prompt is sent without reading its reply).
+a command followed directly by another prompt is sent without reading its reply),
+`<!-- replay: fresh -->` (the block shows a server just started, and runs on one).
+
+A reader may run a page's sessions again on the same `make run`, whose AOF keeps the data even
+across a restart: so each page runs twice on one server, and leaves no lock or gate behind.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import select
 import shlex
 import time
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -30,10 +34,13 @@ from servers import REPO, Server, module_path
 
 
 class Replay:
-    def __init__(self, page: Path) -> None:
+    def __init__(self, page: Path, server: Optional[Server] = None) -> None:
         self.page = page
         self.varies = says_it_varies(page)
         self.servers: Dict[str, Server] = {}
+        self.shared = server
+        if server is not None:
+            self.servers["module"] = server
         self.conns: Dict[Tuple[str, str], Conn] = {}
         self.ids: Dict[Tuple[str, str], int] = {}
         self.bindings = Bindings()
@@ -46,7 +53,7 @@ class Replay:
                 os.makedirs(os.path.join(s.dir, "target", "release"))
                 os.symlink(module_path(), os.path.join(s.dir, "target", "release", "libredislock.so"))
                 self.servers[kind] = s
-            else:
+            else:  # the page's server, or (fresh:LINE) one just started for the block of LINE
                 self.servers[kind] = Server()
         return self.servers[kind]
 
@@ -62,7 +69,8 @@ class Replay:
         for c in self.conns.values():
             c.close()
         for s in self.servers.values():
-            s.stop()
+            if s is not self.shared:
+                s.stop()
 
     def wait_blocked(self, kind: str, name: str) -> None:
         """Until the server has the waiting command: blocked, or its reply ready to read."""
@@ -81,7 +89,7 @@ class Replay:
 
     def run_block(self, block: Block) -> None:
         replay = block.directive("replay") or ""
-        kind = "bare" if replay == "server=bare" else "module"
+        kind = "bare" if replay == "server=bare" else f"fresh:{block.line}" if replay == "fresh" else "module"
         resp3 = replay == "resp3"
         if replay.startswith("reply "):
             name = replay.split()[1]
@@ -126,9 +134,8 @@ def session_pages() -> List[Path]:
     return [p for p in PAGES if any(b.is_session for b in blocks(p))]
 
 
-@pytest.mark.parametrize("page", session_pages(), ids=lambda p: str(p.relative_to(REPO)))
-def test_redis_cli_sessions(page: Path) -> None:
-    replay = Replay(page)
+def replay_page(page: Path, server: Server) -> None:
+    replay = Replay(page, server)
     try:
         for block in blocks(page):
             if block.is_session:
@@ -137,3 +144,20 @@ def test_redis_cli_sessions(page: Path) -> None:
         assert not waiting, f"{page}: commands of {waiting} never got their reply shown"
     finally:
         replay.close()
+
+
+@pytest.mark.parametrize("page", session_pages(), ids=lambda p: str(p.relative_to(REPO)))
+def test_redis_cli_sessions(page: Path) -> None:
+    """The page's sessions on a fresh server, then once more on what they left behind: a
+    reader who runs them again on the same `make run` (whose AOF keeps the data even across a
+    restart) sees what the page shows, too."""
+    server = Server()
+    try:
+        replay_page(page, server)
+        client = server.client()
+        left = [k for k in client.keys("*") if client.type(k) == b"redislock"]
+        client.close()
+        assert not left, f"{page}: the sessions leave {sorted(left)} behind"
+        replay_page(page, server)
+    finally:
+        server.stop()
