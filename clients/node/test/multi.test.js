@@ -140,11 +140,10 @@ for (const lib of LIBRARIES) {
       const hold = await locker.acquire(keys, 2400, { onLost: (err, h) => (told = [err, h]) });
       hold.renewEvery(2400);
       await lib.call(otherClient, "DEL", keys[1]); // one key taken away behind the holder's back
-      const deleted = performance.now();
       await aborted(hold.signal, 3000, "the loss of one key");
-      // Told by the first renewal (800 ms), long before the set's lease clock would run out (2400 ms).
-      assert.ok(performance.now() - deleted < 1600, `${performance.now() - deleted} ms`);
+      // Told by a renewal that found the key gone, not by the set's lease clock.
       assert.ok(hold.signal.reason instanceof LockLostError);
+      assert.match(hold.signal.reason.message, /no longer held/);
       assert.equal(told[1], hold);
       assert.equal(await hold.release(), false); // the keys still held are released all the same
       for (const key of keys) assert.equal(await info(server.port, key), null);
@@ -211,7 +210,7 @@ describe("several keys through the fault proxy", () => {
       const keys = [`{${lib.name}:p}:a`, `{${lib.name}:p}:b`];
       const at = {};
       try {
-        const result = await locker.using(keys, LEASE, async (signal) => {
+        const result = await locker.using(keys, LEASE, async (signal, hold) => {
           proxy.blackhole();
           at.partition = performance.now();
           const granted = other.acquire(keys, 10000, { wait: 4000 }).then((h) => {
@@ -220,12 +219,13 @@ describe("several keys through the fault proxy", () => {
           });
           await aborted(signal, LEASE + 1000, "the partition");
           at.aborted = performance.now();
+          at.leaseEnd = hold.leaseEnd; // the lease clock's end, on the clock the client uses
           await (await granted).release();
           return "done";
         });
         assert.equal(result, "done");
-        assert.ok(at.aborted < at.granted, JSON.stringify(at));
-        assert.ok(at.aborted - at.partition < LEASE, JSON.stringify(at));
+        assert.ok(at.leaseEnd < at.granted, JSON.stringify(at));
+        assert.ok(at.leaseEnd - at.partition < LEASE, JSON.stringify(at));
       } finally {
         proxy.heal();
         await locker.quit();
