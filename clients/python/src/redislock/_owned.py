@@ -51,24 +51,30 @@ def settings(client: Any, key: Any, node: Any = None) -> Tuple[Any, Dict[str, An
 
 def probe(sock: Any) -> Optional[str]:
     """What a socket that ``select`` found readable while no command was out says, without
-    waiting: None (nothing to read: a reply read meanwhile), else why the connection is over
-    (the server closed it, reset it, or sent what nobody asked for)."""
+    waiting (the socket is made non-blocking for the look: with a timeout set, Python would
+    wait for data first): None (nothing to read: a reply read meanwhile), else why the
+    connection is over (the server closed it, reset it, or sent what nobody asked for)."""
+    try:
+        timeout = sock.gettimeout()
+        sock.settimeout(0)
+    except (OSError, ValueError):
+        return "reset"
     try:
         if isinstance(sock, ssl.SSLSocket):
             if sock.pending():
                 return "unexpected data"
-            timeout = sock.gettimeout()
-            sock.settimeout(0)
-            try:
-                data = sock.recv(1)
-            finally:
-                sock.settimeout(timeout)
+            data = sock.recv(1)
         else:
-            data = sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            data = sock.recv(1, socket.MSG_PEEK)
     except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
         return None
     except (OSError, ValueError):
         return "reset"
+    finally:
+        try:
+            sock.settimeout(timeout)
+        except (OSError, ValueError):  # closed meanwhile
+            pass
     return "closed" if not data else "unexpected data"
 
 
