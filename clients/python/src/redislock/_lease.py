@@ -236,8 +236,8 @@ class Schedule:
             if hold.ended:  # lost meanwhile (a renewal, its connection): signalled then
                 continue
             if now >= hold.lease_end:
-                hold.mark_lost(now)
-                lost.append(hold)
+                if hold.mark_lost(now):
+                    lost.append(hold)
                 continue
             renew.append((hold, hold.renewal(now)))
             self.add(hold)  # its lease end, while the renewal is out
