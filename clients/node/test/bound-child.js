@@ -21,7 +21,7 @@ async function main() {
   const lost = await locker.acquire(name, 10000, { ephemeral: true });
   lost.renewEvery(10000);
   await lib.call(client, "CLIENT", "KILL", "ID", String((await locker.info(name)).client));
-  await new Promise((resolve) => lost.signal.addEventListener("abort", resolve, { once: true }));
+  if (!lost.signal.aborted) await new Promise((resolve) => lost.signal.addEventListener("abort", resolve, { once: true }));
   await locker.quit();
   await lib.close(client);
   process.stdout.write("done\n");
