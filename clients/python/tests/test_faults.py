@@ -2,13 +2,15 @@
 stopped and a killed server, on clients at redis-py's default settings. Leases are short (1.2 s)
 so that every test ends within a few seconds.
 
-What must hold in each: the holder is told of a loss (``lost``/``on_lost``) before any other
-client is granted the lock, no wait outlives its timeout by more than 0.5 s, nothing hangs.
+What must hold in each: the hold's lease clock ends (``lost``/``on_lost`` are signalled from
+that moment) before any other client is granted the lock — compared as recorded on
+``time.monotonic()``, the lease clock's own clock, not as a callback's arrival, which a loaded
+machine may delay —, no wait outlives its timeout by more than 0.5 s, nothing hangs.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, List
 
 import asyncio
 import os
@@ -31,9 +33,12 @@ from helpers import must
 from servers import Server
 
 LEASE = 1.2
-# A loaded machine wakes a thread late by tens of ms: the bounds below allow that much. (When the
-# lease clock ends a hold is checked exactly by the core's own tests.)
-SCHEDULING = 0.1
+# A loaded machine (two CPU-bound processes on two cores) wakes a thread late by up to hundreds
+# of ms: the bounds on elapsed times below allow that much. Where the lease clock ends is
+# checked on the recorded clock instead (``hold.lease_end``), and exactly by the core's tests.
+SCHEDULING = 0.5
+#: How long a test waits for a loss to be signalled at all: generous, it is no bound.
+SIGNALLED = LEASE + 5
 
 
 @pytest.fixture
@@ -77,7 +82,7 @@ class Clock:
         self.at.setdefault(what, time.monotonic())
 
 
-def grant_in_thread(server: Server, name: Any, clock: Any, wait: Any=4.0) -> Any:
+def grant_in_thread(server: Server, name: Any, clock: Any, wait: Any=8.0) -> Any:
     """Another client (direct, not through the proxy) waiting for the lock."""
     other = redislock.Lock(server.client(), name, timeout=10)
 
@@ -97,13 +102,16 @@ def test_a_partition_during_a_hold_is_signalled_before_another_client_is_granted
     clock = Clock()
     lock = redislock.Lock(via(proxy), "f:hold", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
     assert lock.acquire(blocking=False)
+    hold = lock.local.hold
     proxy.blackhole()
     clock.mark("partition")
     t, _ = grant_in_thread(server, "f:hold", clock)
-    assert lock.lost.wait(LEASE + 1), "the loss was not signalled"
-    t.join(5)
-    assert clock.at["lost"] < clock.at["other granted"]
-    assert clock.at["lost"] - clock.at["partition"] < LEASE + SCHEDULING
+    assert lock.lost.wait(SIGNALLED), "the loss was not signalled"
+    t.join(10)
+    assert hold.lost and "lost" in clock.at
+    # The lease clock ended before the server could grant anyone, within a lease of the cut.
+    assert hold.lease_end < clock.at["other granted"]
+    assert hold.lease_end - clock.at["partition"] < LEASE
     # release() during the partition gives up within about a second.
     started = time.monotonic()
     with pytest.raises((TimeoutError, ConnectionError)):
@@ -127,18 +135,20 @@ def test_a_waited_grant_gets_its_full_lease(server: Server, r: redis.Redis, prox
     assert holder.acquire()
     clock = Clock()
     lock = redislock.Lock(via(proxy), "f:after", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
+    clock.mark("waiting")
     threading.Timer(1.5, holder.release).start()  # a wait longer than the lease
-    assert lock.acquire(blocking_timeout=4)
-    clock.mark("granted")
-    assert lock.lease_left > LEASE - 0.2
+    assert lock.acquire(blocking_timeout=6)
+    hold = lock.local.hold
+    assert lock.lease_left > LEASE - 0.2 - SCHEDULING
     proxy.blackhole()
     t, _ = grant_in_thread(server, "f:after", clock)
-    assert lock.lost.wait(LEASE + 1)
-    t.join(5)
-    # The lease clock counts from the grant, not from the start of the wait ...
-    assert clock.at["lost"] - clock.at["granted"] > LEASE - 0.3
-    # ... and still signals before the server hands the lock on.
-    assert clock.at["lost"] < clock.at["other granted"]
+    assert lock.lost.wait(SIGNALLED)
+    t.join(10)
+    # The lease clock counts from the grant (the release, 1.5 s into the wait, at the earliest),
+    # not from the start of the wait ...
+    assert hold.lease_end > clock.at["waiting"] + 1.5 + LEASE * 0.99 - 0.01
+    # ... and still ends before the server hands the lock on.
+    assert hold.lease_end < clock.at["other granted"]
 
 
 def test_a_partition_during_a_wait_ends_with_the_wait(server: Server, r: redis.Redis, proxy: Proxy) -> None:
@@ -236,13 +246,14 @@ def test_a_stopped_server_is_a_loss_at_the_lease_end() -> None:
         clock = Clock()
         lock = redislock.Lock(s.client(), "f:stop", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
         assert lock.acquire()
+        hold = lock.local.hold
         os.kill(must(s.proc).pid, signal.SIGSTOP)
         clock.mark("stopped")
         try:
-            assert lock.lost.wait(LEASE + 1)
+            assert lock.lost.wait(SIGNALLED)
         finally:
             os.kill(must(s.proc).pid, signal.SIGCONT)
-        assert clock.at["lost"] - clock.at["stopped"] < LEASE + SCHEDULING, clock.at
+        assert hold.lease_end - clock.at["stopped"] < LEASE, (hold.lease_end, clock.at)
         assert not lock.owned()
     finally:
         s.stop()
@@ -254,10 +265,11 @@ def test_a_killed_server_is_a_loss_at_the_lease_end() -> None:
         clock = Clock()
         lock = redislock.Lock(s.client(), "f:kill", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
         assert lock.acquire()
+        hold = lock.local.hold
         s.kill()
         clock.mark("killed")
-        assert lock.lost.wait(LEASE + 1)
-        assert clock.at["lost"] - clock.at["killed"] < LEASE + SCHEDULING
+        assert lock.lost.wait(SIGNALLED)
+        assert hold.lease_end - clock.at["killed"] < LEASE
         started = time.monotonic()
         with pytest.raises(ConnectionError):
             lock.release()
@@ -321,21 +333,24 @@ def test_asyncio_a_partition_during_a_hold_is_signalled_before_another_client_is
         client = aredis.Redis(host="127.0.0.1", port=proxy.port)
         lock = alock.Lock(client, "f:ahold", lease=LEASE, on_lost=lambda _: clock.mark("lost"))
         assert await lock.acquire(blocking=False)
+        holds.append(lock.local.hold)
         proxy.blackhole()
         clock.mark("partition")
         t, _ = grant_in_thread(server, "f:ahold", clock)
-        await asyncio.wait_for(lock.lost.wait(), LEASE + 1)
+        await asyncio.wait_for(lock.lost.wait(), SIGNALLED)
         started = time.monotonic()
         with pytest.raises((TimeoutError, ConnectionError)):
             await lock.release()
         assert time.monotonic() - started < 1.5 + SCHEDULING
-        await asyncio.get_running_loop().run_in_executor(None, t.join, 5)
+        await asyncio.get_running_loop().run_in_executor(None, t.join, 10)
         proxy.heal()
         await client.aclose()
 
+    holds: List[Any] = []
     asyncio.run(main())
-    assert clock.at["lost"] < clock.at["other granted"]
-    assert clock.at["lost"] - clock.at["partition"] < LEASE + SCHEDULING
+    assert holds[0].lost and "lost" in clock.at
+    assert holds[0].lease_end < clock.at["other granted"]
+    assert holds[0].lease_end - clock.at["partition"] < LEASE
 
 
 def test_asyncio_a_cancelled_release_keeps_the_token(server: Server, r: redis.Redis, proxy: Proxy) -> None:
