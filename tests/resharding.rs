@@ -12,16 +12,16 @@ const SETTLE: std::time::Duration = std::time::Duration::from_secs(20);
 const SPLIT: &str = "TRYAGAIN Multiple keys request during rehashing of slot";
 
 /// The slot of `tag` moving from its owner to another master, keys moved by hand.
-struct Move {
-    slot: u16,
-    src: usize,
-    dst: usize,
-    sp: u16,
-    dp: u16,
+pub(crate) struct Move {
+    pub(crate) slot: u16,
+    pub(crate) src: usize,
+    pub(crate) dst: usize,
+    pub(crate) sp: u16,
+    pub(crate) dp: u16,
 }
 
 impl Move {
-    fn start(c: &Cluster, tag: &str) -> Move {
+    pub(crate) fn start(c: &Cluster, tag: &str) -> Move {
         let slot = key_slot(tag);
         let src = c.owner(slot);
         let dst = *c.masters().iter().find(|&&m| m != src).unwrap();
@@ -34,7 +34,7 @@ impl Move {
         }
     }
 
-    fn begin(&self, c: &Cluster) {
+    pub(crate) fn begin(&self, c: &Cluster) {
         let (src_id, dst_id) = (&c.ids[self.src], &c.ids[self.dst]);
         let mut dc = c.nodes[self.dst].conn();
         let mut sc = c.nodes[self.src].conn();
@@ -48,7 +48,7 @@ impl Move {
         );
     }
 
-    fn migrate(&self, c: &Cluster, keys: &[&str]) {
+    pub(crate) fn migrate(&self, c: &Cluster, keys: &[&str]) {
         let mut cmd = rcmd!("MIGRATE", "127.0.0.1", self.dp, "", 0, 5_000, "KEYS");
         for k in keys {
             cmd.arg(*k);
@@ -57,7 +57,7 @@ impl Move {
     }
 
     /// `CLUSTER SETSLOT … NODE` on both nodes, as `redis-cli --cluster reshard` ends a slot.
-    fn finish(&self, c: &Cluster) {
+    pub(crate) fn finish(&self, c: &Cluster) {
         let dst_id = &c.ids[self.dst];
         for n in [self.dst, self.src] {
             let mut con = c.nodes[n].conn();

@@ -34,6 +34,7 @@ mod resharding;
 mod resources;
 mod restore_fuzz;
 mod server_states;
+mod slot_moves;
 mod soak;
 mod timer_slices;
 mod upgrade;

@@ -40,7 +40,9 @@ pub enum SlotState {
     Owned,
     /// Served here but being migrated to another node.
     Migrating,
-    /// Served elsewhere (or being imported here).
+    /// Being imported here from the node that serves it.
+    Importing,
+    /// Served elsewhere, or by no node.
     NotOwned,
 }
 
@@ -60,6 +62,11 @@ pub fn slot_state(cluster_nodes: &str, slot: u16) -> SlotState {
             if let Some((s, _)) = inner.split_once("->-") {
                 if s.parse() == Ok(slot) {
                     return SlotState::Migrating;
+                }
+            }
+            if let Some((s, _)) = inner.split_once("-<-") {
+                if s.parse() == Ok(slot) {
+                    return SlotState::Importing;
                 }
             }
             continue;
@@ -132,7 +139,8 @@ e7d1 127.0.0.1:30001@40001 myself,master - 0 0 1 connected 0-5460 7000 [5461->-6
         assert_eq!(slot_state(NODES, 5460), SlotState::Owned);
         assert_eq!(slot_state(NODES, 7000), SlotState::Owned);
         assert_eq!(slot_state(NODES, 5461), SlotState::Migrating);
-        assert_eq!(slot_state(NODES, 9000), SlotState::NotOwned);
+        assert_eq!(slot_state(NODES, 9000), SlotState::Importing);
+        assert_eq!(slot_state(NODES, 9001), SlotState::NotOwned);
         assert_eq!(slot_state(NODES, 12000), SlotState::NotOwned);
         assert_eq!(slot_state("", 1), SlotState::NotOwned);
     }

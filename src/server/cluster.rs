@@ -17,16 +17,22 @@ use crate::server::{catch_panic, ffi, state};
 /// migrating it away. Asks `CLUSTER NODES`, so it costs a few tens of
 /// microseconds, only on handoffs and only in Cluster.
 pub fn may_hand_off_here(ctx: &Context, key: &[u8]) -> bool {
+    slot_here(ctx, key) == SlotState::Owned
+}
+
+/// What this node does with `key`'s slot: always `Owned` outside Cluster;
+/// `NotOwned` if `CLUSTER NODES` cannot be read.
+pub fn slot_here(ctx: &Context, key: &[u8]) -> SlotState {
     if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
-        return true;
+        return SlotState::Owned;
     }
     let nodes = match ctx.call("CLUSTER", &["NODES"]) {
         Ok(RedisValue::SimpleString(s)) | Ok(RedisValue::BulkString(s)) => s,
         Ok(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(&b).into_owned(),
         Ok(RedisValue::VerbatimString((_, b))) => String::from_utf8_lossy(&b).into_owned(),
-        _ => return false,
+        _ => return SlotState::NotOwned,
     };
-    slot::slot_state(&nodes, slot::key_slot(key)) == SlotState::Owned
+    slot::slot_state(&nodes, slot::key_slot(key))
 }
 
 // Fences follow the cluster's config epochs. Redis Cluster gives a node a

@@ -12,13 +12,21 @@
 //! pass unblocks a bounded number of them. Reads and answers go on whatever
 //! the server's state (a pause, a replica), as deadlines do.
 //!
+//! An observer is blocked on its lock's key, so the server treats it as a
+//! blocked `BLPOP` on that key: in Cluster, once the key's slot is served
+//! by another node the server answers it `MOVED` (or `CLUSTERDOWN`) and
+//! ends the wait itself, whether or not the key exists. Every end the
+//! server makes (that one, a closed connection, `CLIENT UNBLOCK`) frees the
+//! handle too; the module releases only the handles of the observers it
+//! answers, and the answer is written by the unblock callback.
+//!
 //! No borrow of the registry is held across a call into Redis.
 
 use std::cell::RefCell;
 use std::ffi::c_int;
 use std::rc::Rc;
 
-use redis_module::{raw, Context};
+use redis_module::{raw, Context, RedisString};
 
 use crate::core::errors::LockError;
 use crate::core::observers::{Observers, Stage};
@@ -32,8 +40,12 @@ pub enum Seen {
     /// The holder's fence and public data; fence 0 and no data: no lock.
     Holder { fence: u64, data: Option<Box<[u8]>> },
     /// The key can no longer be observed here (another type, a gate, a
-    /// slot served elsewhere): every observer is answered this error.
+    /// slot moving away): every observer is answered this error.
     Refused(LockError),
+    /// The key's slot is served by another node (or none): the server
+    /// answers its observers itself, as it answers a blocked `BLPOP`, and
+    /// the module does not, lest both answer.
+    Redirected,
 }
 
 impl Seen {
@@ -41,23 +53,15 @@ impl Seen {
     fn fence(&self) -> Option<u64> {
         match self {
             Seen::Holder { fence, .. } => Some(*fence),
-            Seen::Refused(_) => None,
+            Seen::Refused(_) | Seen::Redirected => None,
         }
     }
 }
 
-/// An observer's blocked client, until its wait is ended.
+/// An observer's blocked client, until the module or the server ends its
+/// wait.
 struct Watch {
     client: Option<BlockedClient>,
-}
-
-impl Watch {
-    /// Tells Redis this wait ended; at most once, since the handle is taken.
-    fn unblock(&mut self) {
-        if let Some(client) = self.client.take() {
-            client.unblock();
-        }
-    }
 }
 
 type Registry = Observers<BlockedId, LockId, Watch, Rc<Seen>>;
@@ -90,12 +94,13 @@ pub fn count_of(id: &LockId) -> usize {
     with(|o| o.watching(id))
 }
 
-/// Blocks the calling client until the fence of `id` is no longer
-/// `after`, or `timeout_ms` passes (0: no limit). False if Redis could not
-/// block the client.
+/// Blocks the calling client on the key `name` (the lock `id`) until the
+/// fence of `id` is no longer `after`, or `timeout_ms` passes (0: no
+/// limit). False if Redis could not block the client.
 #[must_use]
-pub fn block(ctx: &Context, id: LockId, after: u64, timeout_ms: u64) -> bool {
-    let Some(client) = ffi::block_client(ctx, on_reply, on_unblock, on_disconnect) else {
+pub fn block(ctx: &Context, name: &RedisString, id: LockId, after: u64, timeout_ms: u64) -> bool {
+    let Some(client) = ffi::block_client_on_key(ctx, name, on_ready, on_unblock, on_disconnect)
+    else {
         return false;
     };
     let handle = client.id();
@@ -176,6 +181,9 @@ pub fn next_changed() -> Option<LockId> {
 /// A look at `id` saw `seen`: the observers that saw another fence are
 /// woken (all of them for a refusal), to be answered by `unblock_some`.
 pub fn settle(id: &LockId, seen: Seen) {
+    if matches!(seen, Seen::Redirected) {
+        return;
+    }
     let fence = seen.fence();
     let woken = with(|o| o.wake(id, fence, &Rc::new(seen)));
     if woken > 0 && count_of(id) == 0 {
@@ -224,11 +232,11 @@ fn forget(handle: BlockedId) -> Option<Stage<Rc<Seen>>> {
     if observer.stage.is_watching() && count_of(&observer.lock) == 0 {
         scheduler::cancel(&Job::Look(observer.lock.clone()));
     }
-    // Where Redis ended the wait itself (CLIENT UNBLOCK, a closed
-    // connection) before the module did, the handle is still to be given
-    // back.
-    let mut watch = observer.value;
-    watch.unblock();
+    // Where the server ended the wait itself (CLIENT UNBLOCK, a closed
+    // connection, a redirect) before the module did, it frees the handle.
+    if let Some(client) = observer.value.client {
+        client.ended_by_server();
+    }
     Some(observer.stage)
 }
 
@@ -242,6 +250,9 @@ fn answer(ctx: &Context, stage: Option<Stage<Rc<Seen>>>) {
             Seen::Refused(e) => {
                 reply::error(ctx, e);
             }
+            Seen::Redirected => {
+                raw::reply_with_null(ctx.ctx);
+            }
         },
         Some(Stage::Woken(None) | Stage::Watching) | None => {
             raw::reply_with_null(ctx.ctx);
@@ -249,23 +260,21 @@ fn answer(ctx: &Context, stage: Option<Stage<Rc<Seen>>>) {
     }
 }
 
-/// The reply of an observer whose wait ended: woken by a change, or its
-/// deadline passed.
-unsafe extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
+/// The server signalled the observed key ready (a key was added under its
+/// name): the observer stays blocked. Changes reach observers through the
+/// module's own looks.
+unsafe extern "C" fn on_ready(
+    _ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    let ctx = Context::new(ctx);
-    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
-        answer(&ctx, forget(ffi::blocked_id(&ctx)));
-        raw::REDISMODULE_OK as c_int
-    })
+    raw::REDISMODULE_ERR as c_int
 }
 
-/// `CLIENT UNBLOCK` (Redis calls it the timeout callback): ends the wait
-/// like a timeout, unless a change woke the observer already, whose answer
-/// is delivered.
+/// The answer of an observer whose wait ended (Redis calls it the timeout
+/// callback): woken by a change or its deadline, once the module released
+/// its handle; or `CLIENT UNBLOCK`, which ends the wait like a timeout
+/// unless a change woke the observer already, whose answer is delivered.
 unsafe extern "C" fn on_unblock(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
@@ -282,8 +291,9 @@ unsafe extern "C" fn on_unblock(
     })
 }
 
-/// An observer's connection closed (or the server ended every blocked
-/// call on becoming a replica): it leaves at once.
+/// An observer's connection closed, or the server ended its wait with an
+/// answer of its own (a redirect of a slot that left, every blocked call
+/// ended on becoming a replica): it leaves at once.
 unsafe extern "C" fn on_disconnect(
     _ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,

@@ -41,12 +41,21 @@ impl BlockedClient {
     }
 
     /// Releases the handle; the reply callback then answers (unless the
-    /// client disconnected).
+    /// client disconnected), or for a client blocked on a key the unblock
+    /// callback (at once on some servers, before the event loop goes on on
+    /// others).
     pub fn unblock(self) {
-        // SAFETY: the handle came from `RedisModule_BlockClient` and, owned
-        // by this value that `unblock` consumes, is released only here.
+        // SAFETY: the handle came from `RedisModule_BlockClient` or
+        // `RedisModule_BlockClientOnKeys` and, owned by this value that
+        // `unblock` consumes, is released only here.
         unsafe { raw::RedisModule_UnblockClient.unwrap()(self.0.as_ptr(), std::ptr::null_mut()) };
     }
+
+    /// Drops the handle of a client blocked on a key whose wait the server
+    /// ended itself (a closed connection, `CLIENT UNBLOCK`, a redirect of
+    /// a slot that left): the server frees such a handle, and releasing it
+    /// too would answer the client a second time.
+    pub fn ended_by_server(self) {}
 }
 
 /// Callback types of the blocking API.
@@ -75,6 +84,43 @@ pub fn block_client(
             Some(on_unblock),
             None,
             0,
+        );
+        let bc = NonNull::new(bc)?;
+        raw::RedisModule_SetDisconnectCallback.unwrap()(bc.as_ptr(), Some(on_disconnect));
+        Some(BlockedClient(bc))
+    }
+}
+
+/// Blocks the calling client on `key`, with no Redis-side timeout. The
+/// server then treats it as it treats a `BLPOP` on that key: in Cluster, a
+/// client whose key's slot is served elsewhere is answered `MOVED` (or
+/// `CLUSTERDOWN`) and unblocked, whether or not the key exists.
+/// `on_ready` runs whenever the key is signalled ready and must answer
+/// `REDISMODULE_ERR` to stay blocked; `on_unblock` answers once the module
+/// releases the handle, or for `CLIENT UNBLOCK`; `on_disconnect` runs for a
+/// closed connection and for every end the server makes itself. None if
+/// Redis could not block it.
+pub fn block_client_on_key(
+    ctx: &Context,
+    key: &redis_module::RedisString,
+    on_ready: CommandCallback,
+    on_unblock: CommandCallback,
+    on_disconnect: DisconnectCallback,
+) -> Option<BlockedClient> {
+    let mut keys = [key.inner];
+    // SAFETY: `ctx` is the context of the command being blocked; `keys`
+    // holds one live string, which Redis retains for the wait; the
+    // callbacks have the signatures Redis calls; no private data is passed.
+    unsafe {
+        let bc = raw::RedisModule_BlockClientOnKeys.unwrap()(
+            ctx.ctx,
+            Some(on_ready),
+            Some(on_unblock),
+            None,
+            0,
+            keys.as_mut_ptr(),
+            1,
+            std::ptr::null_mut(),
         );
         let bc = NonNull::new(bc)?;
         raw::RedisModule_SetDisconnectCallback.unwrap()(bc.as_ptr(), Some(on_disconnect));

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use crate::core::budget::{Budget, Pace};
 use crate::core::errors::LockError;
+use crate::core::slot::SlotState;
 use crate::server::ffi::{self, KeyKind, LockId, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::observing::{self, Seen};
@@ -77,18 +78,30 @@ pub fn seen(ctx: &Context, key: &LockKey, name: &[u8]) -> (Seen, Option<i64>) {
         Ok(h) => h,
         Err(e) => return (Seen::Refused(e), None),
     };
-    if matches!(h, Held::Free) && key.kind() == KeyKind::Empty && !served_here(ctx, name) {
-        return (Seen::Refused(LockError::SlotMoved), None);
+    if matches!(h, Held::Free) && key.kind() == KeyKind::Empty {
+        if let Some(seen) = slot_left(ctx, name) {
+            return (seen, None);
+        }
     }
     let (fence, data) = h.observed(ffi::now_ms());
     let data = data.map(Box::from);
     (Seen::Holder { fence, data }, h.next_change(key))
 }
 
-/// Whether this node still serves `name`'s slot (always outside Cluster;
-/// a replica serves its master's).
-fn served_here(ctx: &Context, name: &[u8]) -> bool {
-    ctx.get_flags().contains(ContextFlags::SLAVE) || cluster::may_hand_off_here(ctx, name)
+/// What observers of the free lock `name` see if this node no longer
+/// serves its slot (a replica serves its master's): `TRYAGAIN` while the
+/// slot moves; once another node (or none) serves it, nothing from the
+/// module — the server answers the observers, blocked on the key, as it
+/// answers a `BLPOP` there (`MOVED`, `CLUSTERDOWN`).
+fn slot_left(ctx: &Context, name: &[u8]) -> Option<Seen> {
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return None;
+    }
+    match cluster::slot_here(ctx, name) {
+        SlotState::Owned => None,
+        SlotState::Migrating | SlotState::Importing => Some(Seen::Refused(LockError::SlotMoved)),
+        SlotState::NotOwned => Some(Seen::Redirected),
+    }
 }
 
 /// Blocks the calling client as an observer of `name` that saw `after`,
@@ -103,7 +116,7 @@ pub fn observe(
     ends: Option<i64>,
 ) -> bool {
     let id = ffi::lock_id(ctx, name);
-    if !observing::block(ctx, id.clone(), after, timeout_ms) {
+    if !observing::block(ctx, name, id.clone(), after, timeout_ms) {
         return false;
     }
     watch_end_of(ctx, id, ends);
