@@ -3,7 +3,9 @@
 //!
 //! - `examples/python/lock_demo.py` (redis-py) with the venv's interpreter, `target/pyenv`;
 //! - `examples/node/lock_demo.js` (ioredis) with `node`, modules from `examples/node/node_modules`;
-//! - `examples/lock_demo.rs` (redis-rs), the Cargo example, built by the test itself.
+//! - `examples/lock_demo.rs` (redis-rs), the Cargo example, built by the test itself;
+//! - `examples/redis_rs.rs`, the Rust program docs/clients.md shows whole: what it prints must be
+//!   what the page shows after it (fences aside, which differ on every run).
 //!
 //! `scripts/clients.sh` installs the Python and Node.js libraries (`make test` runs it). A missing
 //! library fails these tests: they never skip. `REDISLOCK_PYTHON` and `REDISLOCK_NODE` select
@@ -43,13 +45,13 @@ impl Outcome {
     }
 }
 
-/// Runs `cmd` with the server's port as its last argument; output goes to files in the server's
-/// directory (no pipe to fill up), and the process is killed after `DEMO_DEADLINE`.
+/// Runs `cmd` with the server's port in `REDIS_PORT`, as the manual tells a reader to; output
+/// goes to files in the server's directory (no pipe to fill up), and the process is killed after
+/// `DEMO_DEADLINE`.
 fn run_demo(server: &Server, name: &str, mut cmd: Command) -> Outcome {
     let out_path = server.dir().join(format!("{name}.stdout"));
     let err_path = server.dir().join(format!("{name}.stderr"));
-    cmd.arg(server.port().to_string())
-        .env_remove("REDIS_PORT")
+    cmd.env("REDIS_PORT", server.port().to_string())
         .env_remove("REDIS_HOST")
         .stdin(Stdio::null())
         .stdout(File::create(&out_path).unwrap())
@@ -129,9 +131,14 @@ fn node_command() -> Command {
     cmd
 }
 
-/// Builds the Cargo example (a no-op after `cargo test`, which builds examples too) with the
-/// profile of this test binary, and returns the command that runs it.
+/// Builds the Cargo example `lock_demo` and returns the command that runs it.
 fn rust_command() -> Command {
+    cargo_example("lock_demo")
+}
+
+/// Builds a Cargo example (a no-op after `cargo test`, which builds examples too) with the
+/// profile of this test binary, and returns the command that runs it.
+fn cargo_example(name: &str) -> Command {
     // This binary is <target>/<profile>/deps/clients-<hash>.
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap();
@@ -139,7 +146,7 @@ fn rust_command() -> Command {
     let mut build = Command::new(&cargo);
     build
         .current_dir(repo())
-        .args(["build", "--quiet", "--example", "lock_demo"]);
+        .args(["build", "--quiet", "--example", name]);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");
     }
@@ -148,10 +155,10 @@ fn rust_command() -> Command {
         .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
     assert!(
         out.status.success(),
-        "cargo build --example lock_demo failed:\n{}",
+        "cargo build --example {name} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let bin = profile_dir.join("examples/lock_demo");
+    let bin = profile_dir.join("examples").join(name);
     assert!(bin.is_file(), "{} was not built", bin.display());
     Command::new(bin)
 }
@@ -324,4 +331,93 @@ fn examples_fail_without_the_module() {
         );
         assert!(!o.stdout.contains("demo OK"), "{}", o.describe(name));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Rust program of docs/clients.md
+// ---------------------------------------------------------------------------------------------
+
+/// The fenced blocks of `page` after the line `<!-- example: {path} -->`: the program, and the
+/// block after the next `<!-- output -->`.
+fn shown_program_and_output(page: &str, path: &str) -> (String, Vec<String>) {
+    let lines: Vec<&str> = page.lines().collect();
+    let marker = format!("<!-- example: {path} -->");
+    let at = lines
+        .iter()
+        .position(|l| l.trim() == marker)
+        .unwrap_or_else(|| panic!("docs/clients.md shows no {path}"));
+    let block = |from: usize| -> (Vec<String>, usize) {
+        let open = from
+            + lines[from..]
+                .iter()
+                .position(|l| l.starts_with("```"))
+                .unwrap();
+        let close = open
+            + 1
+            + lines[open + 1..]
+                .iter()
+                .position(|l| l.starts_with("```"))
+                .unwrap();
+        (
+            lines[open + 1..close]
+                .iter()
+                .map(|l| l.to_string())
+                .collect(),
+            close + 1,
+        )
+    };
+    let (program, next) = block(at + 1);
+    let output_at = next
+        + lines[next..]
+            .iter()
+            .position(|l| l.trim() == "<!-- output -->")
+            .unwrap_or_else(|| panic!("docs/clients.md shows no output of {path}"));
+    let (output, _) = block(output_at + 1);
+    (program.join("\n"), output)
+}
+
+/// A line with each fence (an integer of 13 digits or more) replaced by `#`.
+fn without_fences(line: &str) -> String {
+    let mut out = String::new();
+    let mut digits = String::new();
+    for c in line.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        out.push_str(if digits.len() >= 13 { "#" } else { &digits });
+        digits.clear();
+        out.push(c);
+    }
+    out.pop();
+    out.trim_end().to_string()
+}
+
+#[test]
+fn rust_program_of_the_manual_prints_what_it_shows() {
+    let page = std::fs::read_to_string(repo().join("docs/clients.md")).unwrap();
+    assert!(
+        page.contains("differ on") && page.contains("every run"),
+        "docs/clients.md must say that fences differ"
+    );
+    let (program, output) = shown_program_and_output(&page, "examples/redis_rs.rs");
+    let file = std::fs::read_to_string(repo().join("examples/redis_rs.rs")).unwrap();
+    assert_eq!(
+        program.trim_end(),
+        file.trim_end(),
+        "docs/clients.md shows examples/redis_rs.rs otherwise: copy it again"
+    );
+    let s = Server::start();
+    let o = run_demo(&s, "redis_rs", cargo_example("redis_rs"));
+    assert!(o.success, "{}", o.describe("redis_rs"));
+    let got: Vec<String> = o.stdout.lines().map(without_fences).collect();
+    let want: Vec<String> = output.iter().map(|l| without_fences(l)).collect();
+    assert_eq!(got, want, "the page shows otherwise:\n{}", o.stdout);
+    assert!(
+        o.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l != without_fences(l)),
+        "a fence is printed"
+    );
 }
