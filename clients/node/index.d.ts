@@ -32,7 +32,15 @@ export interface AcquireOptions {
   shared?: boolean;
   /** One of `limit` places (1 to 1,000,000) of a semaphore (LIMIT); every hold of the key gives the same limit. */
   limit?: number;
-  /** Released when the connection that asked closes (EPHEMERAL). */
+  /**
+   * Bound to a connection (EPHEMERAL) that the locker opens for this hold alone, with the client's
+   * options (host, port, password, TLS; in a Cluster the key's node) but none of its timeouts and
+   * no reconnection: the grant, the renewals and the release go on it, and it is kept alive while
+   * the hold lives (the server's `timeout` never closes it). When it closes (CLIENT KILL, a server
+   * restart, a reset) the server releases the hold at once, and the hold is signalled lost as soon
+   * as the socket says so — which may be after the server granted the lock to someone else: write
+   * with the fence. It is closed when the hold is released or lost.
+   */
   ephemeral?: boolean;
   /**
    * Ends a wait: its connection is closed (the server drops the waiter at once) and the call
@@ -40,9 +48,10 @@ export interface AcquireOptions {
    */
   signal?: AbortSignal;
   /**
-   * Called once when the hold is lost: its lease ran out with no renewal answered (by the local
-   * lease clock, before the server can grant the lock to anyone else), or a renewal found it gone.
-   * `hold.signal` aborts just before, with the same error.
+   * Called once per loss, whatever reports it first: its lease ran out with no renewal answered
+   * (by the local lease clock, before the server can grant the lock to anyone else), a renewal
+   * found it gone, or (`ephemeral`) the connection it is bound to closed. `hold.signal` aborts
+   * just before, with the same error.
    */
   onLost?: (error: LockLostError, hold: Hold) => void;
   /**
@@ -110,8 +119,9 @@ export declare class Hold {
   readonly leaseLeft: number;
   /**
    * The lease clock of every hold, renewed or not: aborted (reason: a LockLostError) when the
-   * lease's conservative local end comes with no renewal answered, or when extend() or a renewal
-   * finds the hold gone. Never aborted once the hold is released.
+   * lease's conservative local end comes with no renewal answered, when extend() or a renewal
+   * finds the hold gone, or when the connection an `ephemeral` hold is bound to closes. Never
+   * aborted once the hold is released.
    */
   readonly signal: AbortSignal;
   /**
@@ -230,8 +240,11 @@ export interface ElectionOptions {
   /** Public data kept with the term and shown to every observer (an address, a host name): 1 to 4096 bytes. */
   data?: string | Buffer;
   /**
-   * Called once when leadership is lost: a renewal found the term gone, or the lease clock ran out
-   * before a renewal was answered — before the server can grant the next term. `signal` aborts just before.
+   * Called once per loss of leadership: a renewal found the term gone, the lease clock ran out
+   * before a renewal was answered (before the server can grant the next term), or the connection
+   * the term is bound to closed (the server then hands the term on at once: the next leader may
+   * be elected before this is called). `signal` aborts just before. Each term is bound to a
+   * connection the locker opens for it alone (as acquire()'s `ephemeral`), closed when it ends.
    */
   onLost?: (error: LockLostError, election: Election) => void;
   /** A term is granted only once this many replicas acknowledged it, as for acquire() (NotReplicatedError otherwise). */
