@@ -194,7 +194,7 @@ def render(command: List[str], reply: Any) -> List[str]:
 
 # --- matching what the page shows with what the server answered ----------------------------------
 
-FENCE = re.compile(r"\b\d{13,19}\b")
+FENCE = re.compile(r"(?<!\d)\d{13,19}(?!\d)")  # a bigint too, as Node.js prints it: 61727…n
 
 
 class Bindings:
