@@ -161,3 +161,14 @@ def test_redis_cli_sessions(page: Path) -> None:
         replay_page(page, server)
     finally:
         server.stop()
+
+
+def test_pages_one_after_another_on_one_server() -> None:
+    """A reader goes through the manual on one `make run`: each page's sessions show what the
+    page shows after the pages before it, too."""
+    server = Server()
+    try:
+        for page in session_pages():
+            replay_page(page, server)
+    finally:
+        server.stop()
