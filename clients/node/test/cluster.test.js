@@ -175,6 +175,26 @@ for (const [index, lib] of LIBRARIES.entries()) {
       assert.equal(await hold.release(), true);
     });
 
+    test("a term and an ephemeral hold live on connections of their own to the slot's node; a close there is signalled at once", async () => {
+      const { name, slot } = await nameOn(2, `${lib.name}:e`);
+      const node = await cluster.masterOf(slot);
+      const lost = [];
+      const election = locker.election(name, { leaseMs: 30000, onLost: (err) => lost.push(err) });
+      await election.campaign();
+      const ephemeral = name.replace("lock", "eph");
+      const hold = await locker.acquire(ephemeral, 30000, { ephemeral: true, onLost: (err) => lost.push(err) });
+      for (const [key, h] of [[name, election.hold], [ephemeral, hold]]) {
+        const info = await infoAt(node, key);
+        assert.equal(String(info.client), h.bound.id, "bound to the hold's own connection, on the node serving the slot");
+        await command(node.port, "CLIENT", "KILL", "ID", String(info.client));
+        if (!h.signal.aborted) await new Promise((resolve) => h.signal.addEventListener("abort", resolve, { once: true }));
+        assert.match(h.signal.reason.message, /connection the hold is bound to closed/);
+        assert.equal(await infoAt(node, key), null);
+      }
+      assert.equal(election.isLeader, false);
+      assert.equal(lost.length, 2);
+    });
+
     test("after kill -9 of a master and its replica's promotion, the same Locker", async () => {
       const { name } = await nameOn(index, `${lib.name}:f`);
       const master = cluster.masters[index];
