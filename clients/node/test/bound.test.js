@@ -234,3 +234,70 @@ for (const lib of LIBRARIES) {
     });
   });
 }
+
+// The bound connection's decisions, driven without a server: a stand-in connection that the test
+// closes, and a stand-in locker that records what is sent through it.
+describe("a bound connection, without a server", () => {
+  const { Bound } = require("../bound");
+  const { EventEmitter } = require("node:events");
+  const standIn = () => {
+    const conn = new EventEmitter();
+    conn.alive = true;
+    conn.id = "7";
+    conn.sent = [];
+    conn.onClose = (fn) => {
+      let told = false;
+      const tell = (why) => {
+        if (!told) (told = true), fn(why);
+      };
+      conn.once("close", () => tell("the socket closed"));
+      conn.once("end", () => tell("the connection ended"));
+    };
+    const lent = { conn, dropped: 0, call: async (args) => (conn.sent.push(args), "1"), drop: () => lent.dropped++ };
+    const locker = { sent: [], conns: { cluster: false }, send: async (args) => (locker.sent.push(args), "0") };
+    return { conn, lent, locker };
+  };
+
+  test("a close is told once, to every listener; a close of its own is told to none", async () => {
+    const { conn, lent, locker } = standIn();
+    const bound = new Bound(locker, lent);
+    const told = [];
+    bound.onClose((why) => told.push(why));
+    conn.emit("close");
+    conn.emit("end");
+    assert.deepEqual(told, ["the socket closed"]);
+    assert.equal(lent.dropped, 1);
+    const late = await new Promise((resolve) => bound.onClose(resolve)); // after the close: told at once
+    assert.equal(late, "the socket closed");
+    const own = standIn();
+    const closed = new Bound(own.locker, own.lent);
+    closed.onClose((why) => told.push(why));
+    closed.close();
+    own.conn.emit("close");
+    assert.equal(told.length, 1);
+  });
+
+  test("commands go on the connection while it is open, then to the locker", async () => {
+    const { conn, lent, locker } = standIn();
+    const bound = new Bound(locker, lent);
+    assert.equal(await bound.send(["LOCK.EXTEND", "k", "t", "PX", 1000], "k", 1000, "extend"), "1");
+    conn.emit("close");
+    assert.equal(await bound.send(["LOCK.RELEASE", "k", "t"], "k", 1000, "release"), "0");
+    assert.deepEqual(conn.sent, [["LOCK.EXTEND", "k", "t", "PX", 1000]]);
+    assert.deepEqual(locker.sent, [["LOCK.RELEASE", "k", "t"]]);
+  });
+
+  test("a connection silent for KEEPALIVE_MS sends a PING", async () => {
+    const { KEEPALIVE_MS, keepAliveAt } = require("../bound");
+    assert.equal(keepAliveAt(100), 100 + KEEPALIVE_MS);
+    assert.ok(KEEPALIVE_MS <= 1000, "within the shortest server timeout (1 s)");
+    const { conn, lent, locker } = standIn();
+    const bound = new Bound(locker, lent);
+    const started = performance.now();
+    const ping = await new Promise((resolve) => (lent.call = async (args) => (resolve({ args, at: performance.now() }), "PONG")));
+    assert.deepEqual(ping.args, ["PING"]);
+    assert.ok(ping.at - started >= KEEPALIVE_MS - 5, `a PING after ${ping.at - started} ms`);
+    bound.close();
+    conn.emit("close");
+  });
+});
