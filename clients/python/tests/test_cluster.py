@@ -153,6 +153,39 @@ def multi(front: Front, client: Any, names: List[str], **kwargs: Any) -> Any:
     return Driven(front, redislock.asyncio.MultiLock(client, names, **kwargs))
 
 
+def test_every_term_lives_on_a_connection_of_its_own_to_the_node_of_its_key(
+    front: Front, cluster: Cluster, rc: RedisCluster
+) -> None:
+    client = front.client()
+    lost: List[str] = []
+    lost_at: List[float] = []
+    elections = []
+
+    def on_lost(name: str) -> None:
+        lost.append(name)
+        lost_at.append(time.monotonic())
+
+    for name in names_on_every_node(rc):
+        election = front.election(client, name, lease=5, on_lost=lambda _, n=name: on_lost(n))
+        term = election.campaign(5)
+        node = cluster.master_of(key_slot(name.encode()))
+        info = lock_info(node, name)
+        assert info["fence"] == term and info["client"] != 0  # bound, on that node
+        elections.append((name, election, node, info["client"]))
+    name, first, node, bound = elections[0]
+    candidate = first._lock._lock if isinstance(first, Driven) else first._lock
+    next_renewal = candidate.local.hold.next_renew
+    with node.client() as direct:
+        direct.client_kill_filter(_id=str(bound))  # the server ends the term at once ...
+    wait_for(lambda: lost == [name])  # ... and the candidate is told when its socket says so,
+    assert lost_at[0] < next_renewal  # not when a renewal finds out
+    assert not first.is_leader and lock_info(node, name) is None
+    for name, election, node, _ in elections[1:]:
+        assert election.is_leader and election.resign() is True
+        assert lock_info(node, name) is None
+    assert lost == [elections[0][0]]
+
+
 def test_a_multi_lock_in_one_slot_waits_renews_and_replicates(front: Front, cluster: Cluster, rc: RedisCluster) -> None:
     needs_acquireall(cluster)
     master, replica = cluster.nodes[1], cluster.replicas[1][0]
