@@ -227,7 +227,11 @@ export declare class Locker {
   election(name: string | Buffer, opts?: ElectionOptions): Election;
   /** True if the server knows the command. */
   supports(command: string): Promise<boolean>;
-  /** Ends the waits in progress (they reject with LockError), then closes the connections the locker opened (not the client it was given). */
+  /**
+   * Ends the waits in progress (they reject with LockError), then closes the connections the
+   * locker opened (not the client it was given); the holds bound to them (`ephemeral`, terms)
+   * end there, and are signalled lost.
+   */
   quit(): Promise<void>;
 }
 
