@@ -29,13 +29,16 @@ class Election(ElectionBase[Lock]):
       (``LOCK.ACQUIRE name token PX lease EPHEMERAL DATA data BLOCK …``: first come, first
       served among the candidates) and returns the term (the grant's fence, greater than every
       term before it); with ``timeout`` (seconds), None if not elected by then. The term is bound
-      to the client's connection that asked for it: a leader whose process dies (or whose
-      connection closes) is succeeded at once. Its lease is renewed in the background (every
-      third of ``lease``) until ``resign()``.
-    - ``lost`` (a ``threading.Event``) is set and ``on_lost`` called (with the election, from the
-      process's renewal thread) when leadership is lost: a renewal found the term gone, or the
-      lease clock ran out before a renewal was answered — before the server can grant the next
-      term. ``is_leader`` turns False at the same moment.
+      to a connection the election opens for it (from the client's settings, never one of its
+      pool; the server's idle ``timeout`` and the application's timeouts do not touch it): a
+      leader whose process dies is succeeded at once. Its lease is renewed in the background
+      (every third of ``lease``), on that connection, until ``resign()``, which closes it.
+    - ``lost`` (a ``threading.Event``) is set and ``on_lost`` called once (with the election,
+      from the process's renewal thread) when leadership is lost: a renewal found the term gone,
+      or the lease clock ran out before a renewal was answered — before the server can grant the
+      next term —, or the term's connection closed (``CLIENT KILL``, a restart), as soon as its
+      socket says so, which may be after the next term was granted. ``is_leader`` turns False
+      at the same moment.
     - ``resign()`` ends the term: True if it still led, False otherwise.
     - ``leader()`` says who leads (``LOCK.INFO``): a ``Leader(term, data)``, or None.
     - ``observe()`` yields a ``Leader`` for each new leader, terms strictly increasing

@@ -48,8 +48,8 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
       background.
     - ``auto_renew``: renew the lease every third of the TTL until release; always on without
       ``timeout``.
-    - ``on_lost``: called with the lock, from the process's renewal thread, when the hold is
-      lost: a renewal found it gone, or its lease ran out before a renewal was answered (or,
+    - ``on_lost``: called with the lock, once, from the process's renewal thread, when the hold
+      is lost: a renewal found it gone, or its lease ran out before a renewal was answered (or,
       without ``auto_renew``, ran out at all) — at the lease's conservative local end, before
       the server can grant the lock to anyone else. ``lost`` (a ``threading.Event``) is set at
       the same moment; ``release()`` works inside the callback. A with-block whose hold was lost
@@ -58,7 +58,10 @@ class Lock(LockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
       shared holders at once, or one exclusive holder, never both.
     - ``limit``: one of ``limit`` places of a semaphore (LOCK.ACQUIRE … LIMIT n); every lock on
       the key must give the same ``limit``.
-    - ``ephemeral``: the hold ends when the connection that asked for it closes (EPHEMERAL).
+    - ``ephemeral``: the hold ends when its connection closes (EPHEMERAL): a connection the lock
+      opens for the hold (from the client's settings, never one of its pool), which carries its
+      grant, renewals and release and is closed when the hold ends. A close of it (``CLIENT
+      KILL``, a restart) is a loss, signalled as soon as its socket says so.
     - ``replicas``: a grant is reported only once that many replicas acknowledged it (``WAIT
       replicas timeout`` on the connection that received it, after a direct or a waited grant);
       fewer within ``replicas_timeout`` seconds (default 1): the grant is released and
