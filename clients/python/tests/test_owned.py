@@ -291,3 +291,21 @@ def test_a_hold_found_gone_is_not_lost_again_at_its_lease_end() -> None:
             assert hold.connection_closed(now + 1.02) and hold.closed
         assert not hold.mark_lost(now + 1.03) and not hold.connection_closed(now + 1.03)
         assert schedule.due(now + 10) == ([], [])
+
+
+def test_an_error_reply_on_the_holds_connection_leaves_the_hold_bound(r: redis.Redis, front: Front) -> None:
+    losses = Losses()
+    lock = front.lock(front.client(), "own:error", timeout=10, ephemeral=True, on_lost=losses)
+    assert lock.acquire()
+    bound = bound_id(r, "own:error")
+    r.config_set("redislock.max-ttl", 20000)
+    try:
+        with pytest.raises(redis.exceptions.ResponseError, match="max-ttl"):
+            lock.extend(100)  # refused on the hold's own connection, which stays as it was
+    finally:
+        r.config_set("redislock.max-ttl", 0)
+    assert lock.extend(5) and bound_id(r, "own:error") == bound
+    assert bound in client_ids(r) and lock.owned() and not losses.first.is_set()
+    lock.release()
+    wait_for(lambda: bound not in client_ids(r))
+    assert not losses.calls

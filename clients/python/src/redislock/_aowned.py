@@ -66,6 +66,8 @@ class AsyncOwned:
         """As ``_owned.Owned.call``."""
         async with self._mutex:
             await self._pause()
+            if self.pinned and not self.dead and not self._conn.is_connected:
+                self._end(signal=True)  # closed under the hold: it is not opened again
             if self.dead:
                 raise ConnectionError("the hold's connection is closed")
             try:

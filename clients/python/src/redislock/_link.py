@@ -38,7 +38,7 @@ import redis as redis_py
 from redis import asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError, TimeoutError
+from redis.exceptions import ConnectionError, ResponseError, TimeoutError
 from redis.retry import Retry
 
 from ._conn import _drop, aroundtrip, async_call_on_client, call_on_client, roundtrip, within
@@ -170,7 +170,8 @@ class Link:
 def exchange(conn: Any, req: Send, default: Optional[float], asking: bool = False) -> Tuple[Any, bool]:
     """One request on ``conn`` (connected first if need be), its read bounded as
     ``read_bound`` says: the reply (with its follow-ups') and whether the connection is fit for
-    more. Any failure disconnects it: its state is unknown."""
+    more. An error reply leaves it as it was (the reply was read whole); any other failure
+    disconnects it: its state is unknown."""
     try:
         timeout = read_bound(req, default)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -190,6 +191,8 @@ def exchange(conn: Any, req: Send, default: Optional[float], asking: bool = Fals
             timeout = max(deadline - time.monotonic(), 0.001)
         reply = conn.read_response(timeout=timeout)
         return follow_on(req.follow, reply, lambda a, t: roundtrip(conn, a, t))
+    except ResponseError:
+        raise
     except BaseException:
         conn.disconnect()
         raise
@@ -244,6 +247,8 @@ async def aexchange(conn: Any, req: Send, default: Optional[float], asking: bool
         reply = await within(run(), timeout)
         result: Tuple[Any, bool] = await afollow_on(req.follow, reply, lambda a, t: within(aroundtrip(conn, a), t))
         return result
+    except ResponseError:
+        raise
     except BaseException:
         await _drop(conn)
         raise

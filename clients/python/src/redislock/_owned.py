@@ -116,6 +116,8 @@ class Owned:
         (a wait sent once more) and a Cluster redirect moves it to the node named; after the
         grant a failure other than the server's answer is the end of the hold."""
         with self._mutex:
+            if self.pinned and self.usable() and getattr(self._conn, "_sock", None) is None:
+                self._end(signal=True)  # closed under the hold: it is not opened again
             if not self.usable():
                 raise ConnectionError("the hold's connection is closed")
             watcher().pause(self)
