@@ -309,3 +309,21 @@ def test_an_error_reply_on_the_holds_connection_leaves_the_hold_bound(r: redis.R
     lock.release()
     wait_for(lambda: bound not in client_ids(r))
     assert not losses.calls
+
+
+@pytest.mark.parametrize("kind", FRONTS)
+def test_a_server_that_dies_ends_the_term_when_the_socket_says_so(kind: str) -> None:
+    s = Server()
+    front = Front(kind, s.port)
+    try:
+        losses = Losses()
+        election = front.election(front.client(), "own:dies", lease=6, on_lost=losses)
+        assert election.campaign(5) is not None
+        hold = hold_of(the_lock(front, election, "election"))
+        s.kill()  # its sockets close with it
+        assert losses.first.wait(6), "the close was not signalled"
+        assert losses.calls[0] < hold.next_renew and hold.closed and not election.is_leader
+        assert len(losses.calls) == 1
+    finally:
+        front.close()
+        s.stop()
