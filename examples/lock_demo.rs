@@ -1,7 +1,7 @@
 //! redislock from Rust with the `redis` crate (redis-rs).
 //!
 //! ```text
-//! cargo run --release --example lock_demo -- [port]   # or REDIS_PORT=6380; REDIS_HOST, default 127.0.0.1
+//! cargo run --release --example lock_demo   # 127.0.0.1:6379, or REDIS_PORT=6380; REDIS_HOST=host
 //! ```
 //!
 //! Against a server with the redislock module loaded, it shows:
@@ -238,10 +238,7 @@ fn run(host: &str, port: u16) -> Result<()> {
 
 fn main() -> ExitCode {
     let host = std::env::var("REDIS_HOST").unwrap_or_else(|_| "127.0.0.1".to_string());
-    let port = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("REDIS_PORT").ok())
-        .unwrap_or_else(|| "6379".to_string());
+    let port = std::env::var("REDIS_PORT").unwrap_or_else(|_| "6379".to_string());
     let Ok(port) = port.parse::<u16>() else {
         eprintln!("lock_demo: bad port {port:?}");
         return ExitCode::FAILURE;

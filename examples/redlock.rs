@@ -2,8 +2,8 @@
 //! crate, sync API).
 //!
 //! ```text
-//! cargo run --release --example redlock -- 7001 7002 7003 7004 7005   # ports on 127.0.0.1
-//! cargo run --release --example redlock -- 10.0.0.1:6379 10.0.0.2:6379 10.0.0.3:6379
+//! REDIS_PORT=7001,7002,7003,7004,7005 cargo run --release --example redlock   # on 127.0.0.1
+//! REDIS_PORT=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 cargo run --release --example redlock
 //! ```
 //!
 //! The demo acquires `demo:redlock` on the given independent masters (each loading the
@@ -489,20 +489,26 @@ impl XorShift {
     }
 }
 
-/// The demo: `redlock <port|host:port>…`.
+/// The demo, on the masters of `REDIS_PORT` (`port` or `host:port`, separated by commas; 6379
+/// without it).
 fn main() -> ExitCode {
-    let addrs: Vec<String> = std::env::args()
-        .skip(1)
+    let ports = std::env::var("REDIS_PORT").unwrap_or_else(|_| "6379".to_string());
+    let addrs: Vec<String> = ports
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
         .map(|a| {
             if a.contains(':') {
-                a
+                a.to_string()
             } else {
                 format!("127.0.0.1:{a}")
             }
         })
         .collect();
     if addrs.is_empty() {
-        eprintln!("usage: redlock <port|host:port>...   (independent masters with redislock)");
+        eprintln!(
+            "usage: REDIS_PORT=port|host:port,... redlock   (independent masters with redislock)"
+        );
         return ExitCode::from(2);
     }
     match demo(&addrs) {

@@ -136,28 +136,45 @@ fn rust_command() -> Command {
     cargo_example("lock_demo")
 }
 
-/// Builds a Cargo example (a no-op after `cargo test`, which builds examples too) with the
-/// profile of this test binary, and returns the command that runs it.
+/// The Cargo examples these tests run, built together once per test binary.
+const CARGO_EXAMPLES: [&str; 2] = ["lock_demo", "redis_rs"];
+
+/// Builds the Cargo examples (a no-op after `cargo test`, which builds examples too) with the
+/// profile of this test binary, once, and returns the command that runs `name`.
 fn cargo_example(name: &str) -> Command {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    assert!(
+        CARGO_EXAMPLES.contains(&name),
+        "{name} is not in CARGO_EXAMPLES"
+    );
     // This binary is <target>/<profile>/deps/clients-<hash>.
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut build = Command::new(&cargo);
-    build
-        .current_dir(repo())
-        .args(["build", "--quiet", "--example", name]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        build.arg("--release");
+    let built = BUILT.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let mut build = Command::new(&cargo);
+        build.current_dir(repo()).args(["build", "--quiet"]);
+        for example in CARGO_EXAMPLES {
+            build.args(["--example", example]);
+        }
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            build.arg("--release");
+        }
+        let out = build
+            .output()
+            .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "cargo build of the examples failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
     }
-    let out = build
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cargo}: {e}"));
-    assert!(
-        out.status.success(),
-        "cargo build --example {name} failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let bin = profile_dir.join("examples").join(name);
     assert!(bin.is_file(), "{} was not built", bin.display());
     Command::new(bin)

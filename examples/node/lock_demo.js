@@ -2,7 +2,7 @@
 // redislock from Node.js with ioredis.
 //
 //     npm install            # in this directory: ioredis
-//     node lock_demo.js [port]     # or REDIS_PORT=6380; REDIS_HOST, default 127.0.0.1
+//     node lock_demo.js     # 127.0.0.1:6379, or REDIS_PORT=6380; REDIS_HOST=host
 //
 // Against a server with the redislock module loaded, it shows:
 //   1. acquire a lock with a generated token (`*`), write to a resource guarded by the fencing
@@ -24,7 +24,7 @@ try {
 }
 
 const HOST = process.env.REDIS_HOST || "127.0.0.1";
-const PORT = Number(process.argv[2] || process.env.REDIS_PORT || 6379);
+const PORT = Number(process.env.REDIS_PORT || 6379);
 
 class Unexpected extends Error {}
 

@@ -2,7 +2,7 @@
 """redislock from Python with redis-py.
 
     pip install redis
-    python3 lock_demo.py [port]        # or REDIS_PORT=6380; REDIS_HOST, default 127.0.0.1
+    python3 lock_demo.py        # 127.0.0.1:6379, or REDIS_PORT=6380; REDIS_HOST=host
 
 Against a server with the redislock module loaded, it shows:
   1. acquire a lock with a generated token (`*`), write to a resource guarded by the fencing
@@ -26,7 +26,7 @@ except ImportError:
     sys.exit("lock_demo.py needs redis-py: pip install redis")
 
 HOST = os.environ.get("REDIS_HOST", "127.0.0.1")
-PORT = int(sys.argv[1] if len(sys.argv) > 1 else os.environ.get("REDIS_PORT", "6379"))
+PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
 
 class Unexpected(Exception):
