@@ -690,11 +690,11 @@ fn every_error_reply_has_its_documented_text() {
         (rcmd!("LOCK.INFO", "k", "x"), arity("lock.info")),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "FOO", 1),
-            "ERR syntax error: unknown option 'FOO'".into(),
+            "ERR syntax error: unknown option 'FOO' (LOCK.ACQUIRE takes EX, PX, SHARED, LIMIT, EPHEMERAL, BLOCK and DATA)".into(),
         ),
         (
             rcmd!("LOCK.EXTEND", "k", "t", "PX", 10, "BLOCK", 1),
-            "ERR syntax error: unknown option 'BLOCK'".into(),
+            "ERR syntax error: unknown option 'BLOCK' (LOCK.EXTEND takes EX or PX)".into(),
         ),
         // What a newcomer leaves out is named: the token before EX/PX, the TTL's unit.
         (
@@ -720,7 +720,7 @@ fn every_error_reply_has_its_documented_text() {
         (rcmd!("LOCK.ACQUIRE", "k", "t"), MISSING_TTL.into()),
         (
             rcmd!("LOCK.EXTEND", "k", "t", "FOO", 10),
-            "ERR syntax error: unknown option 'FOO'".into(),
+            "ERR syntax error: unknown option 'FOO' (LOCK.EXTEND takes EX or PX)".into(),
         ),
         (
             rcmd!("LOCK.ACQUIRE", "k", "t", "PX", 10, "BLOCK", 1, "block", 2),

@@ -828,7 +828,7 @@ fn lifecycle_mix() {
         );
         assert_eq!(
             err(&mut c, &rcmd!("LOCK.ACQUIRE", &other, "x", "PX", 100, "NX")),
-            "ERR syntax error: unknown option 'NX'"
+            "ERR syntax error: unknown option 'NX' (LOCK.ACQUIRE takes EX, PX, SHARED, LIMIT, EPHEMERAL, BLOCK and DATA)"
         );
         assert_eq!(
             err(&mut c, &rcmd!("LOCK._APPLY", &other, "x", 5)),

@@ -11,6 +11,7 @@ mod common;
 mod acl;
 mod acl_categories;
 mod aof_orders;
+mod arguments;
 mod blocking;
 mod clients;
 mod cluster;

@@ -6,7 +6,7 @@
 use std::ops::Deref;
 
 use super::args::{given_token, parse_data, parse_fence_value, parse_limit, unknown};
-use super::errors::LockError;
+use super::errors::{Grammar, LockError};
 use super::holders::Kind;
 use super::limits::HOLD_EFFECT_VERSION;
 use super::numbers::{parse_i64, parse_non_negative};
@@ -52,7 +52,7 @@ pub fn parse_apply<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Apply<'_>, Loc
     let data = match rest {
         [] => None,
         [name, value] if name.eq_ignore_ascii_case(b"DATA") => Some(parse_data(value)?),
-        [name, ..] => return Err(unknown(name)),
+        [name, ..] => return Err(unknown(name, Grammar::Apply)),
     };
     Ok(Apply {
         token,
@@ -107,12 +107,12 @@ pub fn parse_hold<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<HoldEffect<'_>,
             limit: parse_limit(&argv[5])?,
         }
     } else {
-        return Err(unknown(&argv[4]));
+        return Err(unknown(&argv[4], Grammar::Hold));
     };
     let data = match &argv[9..] {
         [] => None,
         [name, value] if name.eq_ignore_ascii_case(b"DATA") => Some(parse_data(value)?),
-        [name, ..] => return Err(unknown(name)),
+        [name, ..] => return Err(unknown(name, Grammar::Hold)),
     };
     Ok(HoldEffect::Grant {
         kind,
@@ -193,7 +193,7 @@ mod tests {
         }
         assert!(matches!(
             hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000", "NOPE", "x"]),
-            Err(LockError::UnknownOption(_))
+            Err(LockError::UnknownOption(..))
         ));
         assert_eq!(
             hold(&["1", "GRANT", "SHARED", "0", "t", "7", "1000", "DATA", ""]),
@@ -222,7 +222,7 @@ mod tests {
         );
         assert!(matches!(
             hold(&["1", "GRANT", "OTHER", "0", "t", "1", "1"]),
-            Err(LockError::UnknownOption(_))
+            Err(LockError::UnknownOption(..))
         ));
     }
 

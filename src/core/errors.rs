@@ -16,13 +16,13 @@ use crate::core::limits::{
 pub enum LockError {
     /// Wrong number of arguments for the named command (lower case).
     Arity(&'static str),
-    /// An option name that the command does not know.
-    UnknownOption(String),
+    /// An option name that the command (its grammar) does not know.
+    UnknownOption(String, Grammar),
     /// A number where an option's name should be, no TTL given yet: a TTL without `EX`/`PX`.
     TtlWithoutUnit(String),
     /// The token is `EX` or `PX` and a number follows it: the token was left out.
     TokenAfterTtl {
-        command: &'static str,
+        command: Grammar,
         option: &'static str,
     },
     /// The same option given twice.
@@ -92,6 +92,12 @@ pub enum LockError {
     /// `EPHEMERAL` where no client connection runs the command (a script,
     /// a function, a module's call): nothing could ever release the hold.
     EphemeralWithoutConnection,
+    /// A `numkeys` that leaves no valid token and options after its keys,
+    /// where another count of keys does (the count that fits).
+    NumkeysMismatch {
+        given: usize,
+        fits: usize,
+    },
     /// A `numkeys` that is not an integer from 1 to `MAX_KEYS`, or more
     /// keys than arguments.
     InvalidNumkeys,
@@ -113,9 +119,9 @@ impl fmt::Display for LockError {
         use LockError::*;
         match self {
             Arity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
-            UnknownOption(opt) => write!(f, "ERR syntax error: unknown option '{opt}'"),
+            UnknownOption(opt, grammar) => write!(f, "ERR syntax error: unknown option '{opt}' ({} takes {})", grammar.name(), grammar.options()),
             TtlWithoutUnit(opt) => write!(f, "ERR syntax error: unknown option '{opt}': give the TTL as EX seconds or PX milliseconds"),
-            TokenAfterTtl { command, option } => write!(f, "ERR syntax error: the token goes before {option} ({command} key token {option} {}); '{option}' was read as the token", if *option == "EX" { "seconds" } else { "milliseconds" }),
+            TokenAfterTtl { command, option } => write!(f, "ERR syntax error: the token goes before {option} ({} token {option} {}); '{option}' was read as the token", command.head(), if *option == "EX" { "seconds" } else { "milliseconds" }),
             RepeatedOption(opt) => write!(f, "ERR syntax error: option {opt} given more than once"),
             MissingTtl => f.write_str("ERR a lock needs an expiry: give EX seconds or PX milliseconds"),
             DoubleTtl => f.write_str("ERR syntax error: EX and PX are mutually exclusive"),
@@ -149,6 +155,7 @@ impl fmt::Display for LockError {
             KindMismatch { semaphore_limit: Some(limit) } => write!(f, "ERR the key is a semaphore with LIMIT {limit}: acquire it with LIMIT {limit}"),
             OtherMode => f.write_str("ERR this token already holds the key in another mode: release it first"),
             EphemeralWithoutConnection => f.write_str("ERR EPHEMERAL binds a hold to the client connection, and this call has none (a script, a function or a module's call): acquire without EPHEMERAL"),
+            NumkeysMismatch { given, fits } => write!(f, "ERR wrong numkeys: {given} keys leave no valid token and options after them, {fits} would; numkeys must count the keys before the token"),
             InvalidNumkeys => write!(f, "ERR invalid numkeys: must be an integer from 1 to {MAX_KEYS}, with that many keys after it"),
             RepeatedKey => f.write_str("ERR a key is named more than once: each key must be distinct"),
             LimitNotMulti => f.write_str("ERR LIMIT does not apply to LOCK.ACQUIREALL: take semaphore places one key at a time with LOCK.ACQUIRE"),
@@ -160,6 +167,51 @@ impl fmt::Display for LockError {
 
 impl std::error::Error for LockError {}
 
+/// A command's arguments as its syntax errors name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Grammar {
+    Acquire,
+    AcquireAll,
+    Extend,
+    Observe,
+    Apply,
+    Hold,
+}
+
+impl Grammar {
+    fn name(self) -> &'static str {
+        match self {
+            Grammar::Acquire => "LOCK.ACQUIRE",
+            Grammar::AcquireAll => "LOCK.ACQUIREALL",
+            Grammar::Extend => "LOCK.EXTEND",
+            Grammar::Observe => "LOCK.OBSERVE",
+            Grammar::Apply => "LOCK._APPLY",
+            Grammar::Hold => "LOCK._HOLD",
+        }
+    }
+
+    /// The options it takes.
+    fn options(self) -> &'static str {
+        match self {
+            Grammar::Acquire => "EX, PX, SHARED, LIMIT, EPHEMERAL, BLOCK and DATA",
+            Grammar::AcquireAll => "EX, PX, SHARED, EPHEMERAL, BLOCK and DATA",
+            Grammar::Extend => "EX or PX",
+            Grammar::Observe => "AFTER and BLOCK",
+            Grammar::Apply => "DATA",
+            Grammar::Hold => "SHARED or LIMIT, and DATA",
+        }
+    }
+
+    /// Its arguments up to the token.
+    fn head(self) -> &'static str {
+        match self {
+            Grammar::AcquireAll => "LOCK.ACQUIREALL numkeys key [key ...]",
+            Grammar::Extend => "LOCK.EXTEND key",
+            _ => "LOCK.ACQUIRE key",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -168,10 +220,11 @@ mod tests {
     fn every_error_starts_with_its_code() {
         let all = [
             LockError::Arity("lock.info"),
-            LockError::UnknownOption("NX".into()),
+            LockError::UnknownOption("NX".into(), Grammar::Acquire),
+            LockError::NumkeysMismatch { given: 3, fits: 2 },
             LockError::TtlWithoutUnit("5000".into()),
             LockError::TokenAfterTtl {
-                command: "LOCK.ACQUIRE",
+                command: Grammar::Acquire,
                 option: "PX",
             },
             LockError::RepeatedOption("EX"),

@@ -218,7 +218,7 @@ fn errors_and_key_declaration() {
         ("k", &["AFTER"][..], "ERR syntax error: option AFTER needs a value"),
         ("k", &["BLOCK", "-1"][..], "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most 1000000000000 milliseconds"),
         ("k", &["AFTER", "1", "AFTER", "1"][..], "ERR syntax error: option AFTER given more than once"),
-        ("k", &["PX", "1"][..], "ERR syntax error: unknown option 'PX'"),
+        ("k", &["PX", "1"][..], "ERR syntax error: unknown option 'PX' (LOCK.OBSERVE takes AFTER and BLOCK)"),
     ] {
         let mut cmd = rcmd!("LOCK.OBSERVE", key);
         for a in extra {

@@ -13,11 +13,11 @@ fn a_left_out_token_or_unit_is_named() {
     let cases = [
         (
             "LOCK.ACQUIRE lock:a PX 30000 BLOCK 10",
-            token_after("LOCK.ACQUIRE", "PX"),
+            token_after(Grammar::Acquire, "PX"),
         ),
-        ("lock.acquire k ex 30", token_after("LOCK.ACQUIRE", "EX")),
-        ("lock.acquire k Px -5", token_after("LOCK.ACQUIRE", "PX")),
-        ("lock.extend k PX 5000", token_after("LOCK.EXTEND", "PX")),
+        ("lock.acquire k ex 30", token_after(Grammar::Acquire, "EX")),
+        ("lock.acquire k Px -5", token_after(Grammar::Acquire, "PX")),
+        ("lock.extend k PX 5000", token_after(Grammar::Extend, "PX")),
         (
             "lock.extend k tok 5000",
             LockError::TtlWithoutUnit("5000".into()),
@@ -33,20 +33,20 @@ fn a_left_out_token_or_unit_is_named() {
         // With a TTL given, a stray number is just not an option.
         (
             "lock.acquire k t PX 10 5",
-            LockError::UnknownOption("5".into()),
+            LockError::UnknownOption("5".into(), Grammar::Acquire),
         ),
         (
             "lock.extend k t EX 10 5",
-            LockError::UnknownOption("5".into()),
+            LockError::UnknownOption("5".into(), Grammar::Extend),
         ),
         (
             "lock.acquire k PX EX 10 5",
-            LockError::UnknownOption("5".into()),
+            LockError::UnknownOption("5".into(), Grammar::Acquire),
         ),
         // A token that reads EX or PX is still a token; only a number after it is suspect.
         (
             "lock.acquire k PX NX",
-            LockError::UnknownOption("NX".into()),
+            LockError::UnknownOption("NX".into(), Grammar::Acquire),
         ),
     ];
     for (line, want) in cases {
@@ -69,7 +69,7 @@ fn a_left_out_token_or_unit_is_named() {
     );
     assert_eq!(
         LockError::TokenAfterTtl {
-            command: "LOCK.ACQUIRE",
+            command: Grammar::Acquire,
             option: "PX"
         }
         .to_string(),

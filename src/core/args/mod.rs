@@ -7,7 +7,7 @@
 
 use std::ops::Deref;
 
-use super::errors::LockError;
+use super::errors::{Grammar, LockError};
 use super::grant::Want;
 use super::limits::{MAX_BLOCK_MS, MAX_DATA_LEN, MAX_LIMIT, MAX_TTL_MS};
 use super::numbers::{parse_i64, parse_non_negative};
@@ -59,6 +59,15 @@ pub struct Extend<'a> {
 }
 
 pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>, LockError> {
+    parse_acquire_as(argv, Grammar::Acquire)
+}
+
+/// `parse_acquire`, its errors naming `grammar` (`LOCK.ACQUIREALL` parses
+/// its arguments from the last key on as `LOCK.ACQUIRE`'s from its key).
+pub(super) fn parse_acquire_as<A: Deref<Target = [u8]>>(
+    argv: &[A],
+    grammar: Grammar,
+) -> Result<Acquire<'_>, LockError> {
     if argv.len() < 3 {
         return Err(LockError::Arity("lock.acquire"));
     }
@@ -111,7 +120,7 @@ pub fn parse_acquire<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Acquire<'_>,
                     .ok_or(LockError::InvalidBlock)?,
             );
         } else if !ttl.try_take(name, &mut rest)? {
-            return Err(not_an_option("LOCK.ACQUIRE", argv, name, &ttl));
+            return Err(not_an_option(grammar, argv, name, &ttl));
         }
     }
     let want = want.unwrap_or(Want::Exclusive);
@@ -185,7 +194,7 @@ pub fn parse_extend<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Extend<'_>, L
     let mut rest = argv[3..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
         if !ttl.try_take(name, &mut rest)? {
-            return Err(not_an_option("LOCK.EXTEND", argv, name, &ttl));
+            return Err(not_an_option(Grammar::Extend, argv, name, &ttl));
         }
     }
     Ok(Extend {
@@ -209,7 +218,7 @@ pub(super) fn given_token(raw: &[u8]) -> Result<&[u8], LockError> {
     }
 }
 
-pub(super) fn unknown(name: &[u8]) -> LockError {
+pub(crate) fn unknown(name: &[u8], grammar: Grammar) -> LockError {
     const SHOWN: usize = 64;
     let shown = &name[..name.len().min(SHOWN)];
     // Keep the error a single printable ASCII line whatever the client sent.
@@ -223,20 +232,20 @@ pub(super) fn unknown(name: &[u8]) -> LockError {
             }
         })
         .collect();
-    LockError::UnknownOption(text)
+    LockError::UnknownOption(text, grammar)
 }
 
 /// The error for `name`, found where an option's name should be (acquire, extend). A number
 /// there is a TTL without `EX`/`PX` in front, or, as the first option after a token that is
 /// `EX` or `PX`, a TTL whose token was left out (`LOCK.ACQUIRE key PX 30000`).
 fn not_an_option<A: Deref<Target = [u8]>>(
-    command: &'static str,
+    command: Grammar,
     argv: &[A],
     name: &[u8],
     ttl: &TtlOption,
 ) -> LockError {
     if parse_i64(name).is_none() {
-        return unknown(name);
+        return unknown(name, command);
     }
     // A number as the first option fails at once, so this is that option.
     if argv.get(3).is_some_and(|first| **first == *name) {
@@ -246,8 +255,8 @@ fn not_an_option<A: Deref<Target = [u8]>>(
             }
         }
     }
-    match (ttl.given, unknown(name)) {
-        (None, LockError::UnknownOption(text)) => LockError::TtlWithoutUnit(text),
+    match (ttl.given, unknown(name, command)) {
+        (None, LockError::UnknownOption(text, _)) => LockError::TtlWithoutUnit(text),
         (_, error) => error,
     }
 }

@@ -4,8 +4,8 @@
 
 use std::ops::Deref;
 
-use super::{given_token, parse_acquire, Acquire};
-use crate::core::errors::LockError;
+use super::{given_token, parse_acquire_as, Acquire};
+use crate::core::errors::{Grammar, LockError};
 use crate::core::grant::Want;
 use crate::core::limits::MAX_KEYS;
 use crate::core::numbers::parse_non_negative;
@@ -38,19 +38,22 @@ pub struct ReleaseAll<'a> {
     pub token: &'a [u8],
 }
 
-/// The keys after `numkeys` (`argv[1]`): 1 to `MAX_KEYS`, each distinct,
-/// with at least `after` arguments following them.
+/// The keys after `numkeys` (`argv[1]`), or `count` of them: 1 to
+/// `MAX_KEYS`, each distinct, with at least `after` arguments following
+/// them.
 fn keys<A: Deref<Target = [u8]>>(
     argv: &[A],
     command: &'static str,
     after: usize,
+    count: Option<usize>,
 ) -> Result<Keys, LockError> {
     let Some(numkeys) = argv.get(1) else {
         return Err(LockError::Arity(command));
     };
-    let count = parse_non_negative(numkeys)
-        .filter(|n| (1..=MAX_KEYS as u64).contains(n))
-        .ok_or(LockError::InvalidNumkeys)? as usize;
+    let count = match count {
+        Some(n) => n,
+        None => given_numkeys(numkeys).ok_or(LockError::InvalidNumkeys)?,
+    };
     let keys = Keys { first: 2, count };
     if argv.len() < keys.first + count {
         return Err(LockError::InvalidNumkeys);
@@ -66,11 +69,47 @@ fn keys<A: Deref<Target = [u8]>>(
     Ok(keys)
 }
 
+fn given_numkeys(raw: &[u8]) -> Option<usize> {
+    parse_non_negative(raw)
+        .filter(|n| (1..=MAX_KEYS as u64).contains(n))
+        .map(|n| n as usize)
+}
+
+/// The options of `LOCK.ACQUIRE`: a key named so is taken for a miscount.
+const OPTIONS: [&str; 7] = ["EX", "PX", "SHARED", "LIMIT", "EPHEMERAL", "BLOCK", "DATA"];
+
+/// A command that failed to parse with the `numkeys` it gave: if another
+/// count of keys (none of them named as an option) parses, the error is
+/// the count, and names it. Runs only on errors.
+fn miscounted<A: Deref<Target = [u8]>>(
+    argv: &[A],
+    parses: impl Fn(usize) -> bool,
+) -> Option<LockError> {
+    let given = given_numkeys(argv.get(1)?)?;
+    let fits = (1..=MAX_KEYS)
+        .filter(|&n| n != given && argv.len() > 2 + n)
+        .find(|&n| {
+            let named_as_option = argv[2..2 + n]
+                .iter()
+                .any(|k| OPTIONS.iter().any(|o| k.eq_ignore_ascii_case(o.as_bytes())));
+            !named_as_option && parses(n)
+        })?;
+    Some(LockError::NumkeysMismatch { given, fits })
+}
+
 pub fn parse_acquire_all<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<AcquireAll<'_>, LockError> {
-    let keys = keys(argv, "lock.acquireall", 1)?;
+    acquire_all(argv, None)
+        .map_err(|e| miscounted(argv, |n| acquire_all(argv, Some(n)).is_ok()).unwrap_or(e))
+}
+
+fn acquire_all<A: Deref<Target = [u8]>>(
+    argv: &[A],
+    count: Option<usize>,
+) -> Result<AcquireAll<'_>, LockError> {
+    let keys = keys(argv, "lock.acquireall", 1, count)?;
     // From the last key on, the arguments are laid out as LOCK.ACQUIRE's
     // from its key on: the last key stands where LOCK.ACQUIRE has its key.
-    let acquire = parse_acquire(&argv[keys.first + keys.count - 2..])?;
+    let acquire = parse_acquire_as(&argv[keys.first + keys.count - 2..], Grammar::AcquireAll)?;
     if let Want::Place { .. } = acquire.want {
         return Err(LockError::LimitNotMulti);
     }
@@ -78,7 +117,15 @@ pub fn parse_acquire_all<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<AcquireA
 }
 
 pub fn parse_release_all<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<ReleaseAll<'_>, LockError> {
-    let keys = keys(argv, "lock.releaseall", 1)?;
+    release_all(argv, None)
+        .map_err(|e| miscounted(argv, |n| release_all(argv, Some(n)).is_ok()).unwrap_or(e))
+}
+
+fn release_all<A: Deref<Target = [u8]>>(
+    argv: &[A],
+    count: Option<usize>,
+) -> Result<ReleaseAll<'_>, LockError> {
+    let keys = keys(argv, "lock.releaseall", 1, count)?;
     let at = keys.first + keys.count;
     if argv.len() != at + 1 {
         return Err(LockError::Arity("lock.releaseall"));
@@ -119,13 +166,23 @@ mod tests {
 
     #[test]
     fn numkeys_and_keys_are_checked() {
+        let miscount = |given, fits| LockError::NumkeysMismatch { given, fits };
         let cases = [
             ("LOCK.ACQUIREALL", LockError::Arity("lock.acquireall")),
             ("LOCK.ACQUIREALL 0 tok PX 5", LockError::InvalidNumkeys),
             ("LOCK.ACQUIREALL -1 a tok PX 5", LockError::InvalidNumkeys),
             ("LOCK.ACQUIREALL x a tok PX 5", LockError::InvalidNumkeys),
             ("LOCK.ACQUIREALL 65 a tok PX 5", LockError::InvalidNumkeys),
-            ("LOCK.ACQUIREALL 9 a b tok PX 5", LockError::InvalidNumkeys),
+            ("LOCK.ACQUIREALL 9 a b tok PX 5", miscount(9, 2)),
+            ("LOCK.ACQUIREALL 3 a b tok PX 5", miscount(3, 2)),
+            ("LOCK.ACQUIREALL 4 a b tok PX 5 BLOCK 1", miscount(4, 2)),
+            ("LOCK.ACQUIREALL 1 a b tok PX 5", miscount(1, 2)),
+            ("LOCK.ACQUIREALL 2 a b c tok PX 5 SHARED", miscount(2, 3)),
+            // A key named as an option is no count that fits.
+            (
+                "LOCK.ACQUIREALL 1 a tok PX 5 BLOCK 1 BLOCK 2",
+                LockError::RepeatedOption("BLOCK"),
+            ),
             ("LOCK.ACQUIREALL 2 a b", LockError::Arity("lock.acquireall")),
             ("LOCK.ACQUIREALL 2 a a tok PX 5", LockError::RepeatedKey),
             ("LOCK.ACQUIREALL 3 a b a tok PX 5", LockError::RepeatedKey),
@@ -134,11 +191,10 @@ mod tests {
                 LockError::LimitNotMulti,
             ),
             ("LOCK.ACQUIREALL 2 a b tok", LockError::MissingTtl),
-            ("LOCK.RELEASEALL 2 a b", LockError::Arity("lock.releaseall")),
-            (
-                "LOCK.RELEASEALL 2 a b tok x",
-                LockError::Arity("lock.releaseall"),
-            ),
+            ("LOCK.RELEASEALL 2 a b", miscount(2, 1)),
+            ("LOCK.RELEASEALL 2 a b tok x", miscount(2, 3)),
+            ("LOCK.RELEASEALL 3 a b tok", miscount(3, 2)),
+            ("LOCK.RELEASEALL 1", LockError::InvalidNumkeys),
             ("LOCK.RELEASEALL 2 b b tok", LockError::RepeatedKey),
             ("LOCK.RELEASEALL 0 tok", LockError::InvalidNumkeys),
         ];

@@ -3,7 +3,7 @@
 use std::ops::Deref;
 
 use super::unknown;
-use crate::core::errors::LockError;
+use crate::core::errors::{Grammar, LockError};
 use crate::core::limits::MAX_BLOCK_MS;
 use crate::core::numbers::parse_non_negative;
 
@@ -31,7 +31,7 @@ pub fn parse<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Observe, LockError> 
         } else if name.eq_ignore_ascii_case(b"BLOCK") {
             ("BLOCK", &mut observe.block_ms, LockError::InvalidBlock)
         } else {
-            return Err(unknown(name));
+            return Err(unknown(name, Grammar::Observe));
         };
         let value = rest.next().ok_or(LockError::MissingValue(label))?;
         if slot.is_some() {
@@ -113,7 +113,7 @@ mod tests {
         );
         assert_eq!(
             parse_args(&["PX", "1"]),
-            Err(LockError::UnknownOption("PX".into()))
+            Err(LockError::UnknownOption("PX".into(), Grammar::Observe))
         );
         assert_eq!(
             super::parse(&[b"LOCK.OBSERVE" as &[u8]]),

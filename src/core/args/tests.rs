@@ -229,7 +229,7 @@ fn acquire_errors() {
         ),
         (
             "lock.acquire k t PX 10 NX",
-            LockError::UnknownOption("NX".into()),
+            LockError::UnknownOption("NX".into(), Grammar::Acquire),
         ),
         ("lock.acquire k  PX 10", LockError::InvalidToken),
     ];
@@ -273,7 +273,7 @@ fn release_and_extend() {
     );
     assert_eq!(
         parse_extend(&argv("lock.extend k t px 5 block 1")),
-        Err(LockError::UnknownOption("block".into()))
+        Err(LockError::UnknownOption("block".into(), Grammar::Extend))
     );
     assert_eq!(parse_info(&argv("lock.info k")), Ok(()));
     assert_eq!(
@@ -291,7 +291,7 @@ fn unknown_option_is_ascii() {
         "x\u{100}y".as_bytes().to_vec(),
     ];
     match parse_extend(&a) {
-        Err(LockError::UnknownOption(s)) => assert_eq!(s, "x??y"),
+        Err(LockError::UnknownOption(s, _)) => assert_eq!(s, "x??y"),
         other => panic!("{other:?}"),
     }
 }
@@ -305,7 +305,7 @@ fn unknown_option_is_printable() {
         b"\r\nX".to_vec(),
     ];
     match parse_extend(&a) {
-        Err(LockError::UnknownOption(s)) => assert_eq!(s, "??X"),
+        Err(LockError::UnknownOption(s, _)) => assert_eq!(s, "??X"),
         other => panic!("{other:?}"),
     }
 }
