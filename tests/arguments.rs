@@ -1,6 +1,7 @@
 //! What the commands say about their arguments: a `numkeys` that does not count the keys is
-//! named as such (not the token or expiry it swallowed or left behind), and an unknown option's
-//! error lists the options of that command. Errors read the same in RESP2 and RESP3.
+//! named as such (not the token or expiry it swallowed or left behind), an unknown option's
+//! error lists the options of that command, and `COMMAND DOCS` names the release each command
+//! appeared in. Errors read the same in RESP2 and RESP3.
 
 use crate::common::*;
 use redis::Value;
@@ -101,5 +102,41 @@ fn a_miscounted_numkeys_and_unknown_options_are_named_in_resp2_and_resp3() {
             assert_eq!(err(&mut c, &cmd), want, "{}", describe(&cmd));
         }
         assert_eq!(dbsize(&mut c), 0, "nothing was written");
+    }
+}
+
+#[test]
+fn command_docs_name_the_release_the_commands_appeared_in() {
+    let s = Server::start();
+    let mut c = s.conn();
+    let names = [
+        "lock.acquire",
+        "lock.release",
+        "lock.extend",
+        "lock.info",
+        "lock.call",
+        "lock.fence",
+        "lock.observe",
+        "lock.acquireall",
+        "lock.releaseall",
+    ];
+    for name in names {
+        let Value::Array(docs) = ok(&mut c, &rcmd!("COMMAND", "DOCS", name)) else {
+            panic!("COMMAND DOCS {name}")
+        };
+        let Value::Array(fields) = &docs[1] else {
+            panic!("COMMAND DOCS {name}: {docs:?}")
+        };
+        let since = fields
+            .chunks(2)
+            .find(|kv| as_bytes(&kv[0]) == b"since")
+            .map(|kv| as_bytes(&kv[1]))
+            .unwrap_or_else(|| panic!("COMMAND DOCS {name} has no since: {fields:?}"));
+        // Every command is in the first release; a later command names its own.
+        assert_eq!(lossy(&since), "0.1.0", "{name}");
+        assert!(
+            lossy(&since).as_str() <= env!("CARGO_PKG_VERSION"),
+            "{name}"
+        );
     }
 }

@@ -233,6 +233,10 @@ pub const FENCE: Doc = Doc {
     ],
 };
 
+/// The release the commands appeared in: the module's first, 0.1.0, has
+/// every one of them. A command added later names its own release.
+const SINCE: &CStr = c"0.1.0";
+
 static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfoVersion {
     version: 1,
     sizeof_historyentry: size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -262,7 +266,7 @@ pub fn register<'a>(ctx: &Context, docs: impl IntoIterator<Item = (&'a CStr, &'a
             version: &VERSION,
             summary: doc.summary.as_ptr(),
             complexity: doc.complexity.as_ptr(),
-            since: c"1.0.0".as_ptr(),
+            since: SINCE.as_ptr(),
             history: ptr::null_mut(),
             tips: ptr::null(),
             arity: doc.arity,
