@@ -277,3 +277,56 @@ fn ephemeral_needs_a_connection_to_bind_to() {
         "the MULTI connection's hold outlived it"
     );
 }
+
+/// A hold whose connection closes during a `CLIENT PAUSE` is gone at once, though its release
+/// waits for the pause to end. An RDB file saved meanwhile (`DEBUG RELOAD`, a restart) carries
+/// the release still owed: the hold never comes back as a live one, and is released once the
+/// server may write.
+#[test]
+fn a_hold_whose_connection_closed_in_a_pause_stays_gone_after_reload_and_restart() {
+    for mode in ["WRITE", "ALL"] {
+        let mut s = Server::start();
+        let mut c = s.conn();
+        let mut holder = RawConn::connect(&s);
+        let id = holder.client_id();
+        holder.call(&["LOCK.ACQUIRE", "k", "h", "PX", "60000", "EPHEMERAL"]);
+        // Another hold stays bound and live throughout: only the closed one is owed.
+        let mut other = RawConn::connect(&s);
+        other.call(&["LOCK.ACQUIRE", "live", "o", "PX", "60000", "EPHEMERAL"]);
+        ok(&mut c, &rcmd!("CLIENT", "PAUSE", 1_500, mode));
+        holder.close();
+        // Under PAUSE ALL the reload waits for the pause to end, and runs as it ends, before
+        // the module's own release.
+        let mut r = s.conn();
+        let reload = std::thread::spawn(move || ok(&mut r, &rcmd!("DEBUG", "RELOAD")));
+        if mode == "WRITE" {
+            wait_client_gone(&mut c, id);
+        }
+        reload.join().unwrap();
+        wait_until("the owed release", Duration::from_secs(10), || {
+            !exists(&mut c, "k")
+        });
+        assert!(
+            exists(&mut c, "live"),
+            "{mode}: a live hold keeps its lease"
+        );
+        assert_eq!(stat(&s, "ephemeral_pending"), 0);
+
+        // A restart with an RDB file saved during the pause.
+        let mut holder = RawConn::connect(&s);
+        let id = holder.client_id();
+        holder.call(&["LOCK.ACQUIRE", "r", "h", "PX", "60000", "EPHEMERAL"]);
+        ok(&mut c, &rcmd!("CLIENT", "PAUSE", 60_000, "WRITE"));
+        holder.close();
+        wait_client_gone(&mut c, id);
+        s.restart(Stop::Save);
+        let mut c = s.conn();
+        wait_until(
+            "the owed release after a restart",
+            Duration::from_secs(10),
+            || !exists(&mut c, "r"),
+        );
+        assert_eq!(stat(&s, "ephemeral_pending"), 0);
+        drop(other);
+    }
+}

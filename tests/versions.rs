@@ -52,7 +52,7 @@ fn module_list_and_info_name_the_release_and_encodings() {
     );
     assert_eq!(
         field(&info, "redislock_rdb_aux_encoding").as_deref(),
-        Some("2")
+        Some("3")
     );
 }
 
@@ -106,7 +106,7 @@ fn an_rdb_file_from_a_newer_release_is_refused_before_any_key_is_read() {
     let path = s.dir().join("dump.rdb");
     let mut rdb = std::fs::read(&path).unwrap();
     // The module's aux data: opcode 247, the module id (0x81 + 8 bytes), `when` as a UINT
-    // (opcode 2, value 1: before the keys), then its fields, each a UINT: version 2, the
+    // (opcode 2, value 1: before the keys), then its fields, each a UINT: version 3, the
     // release number, ….
     let at = rdb
         .windows(2)
@@ -114,9 +114,9 @@ fn an_rdb_file_from_a_newer_release_is_refused_before_any_key_is_read() {
         .position(|(i, w)| w[0] == 247 && w[1] == 0x81 && rdb.get(i + 10..i + 12) == Some(&[2, 1]))
         .expect("the module's aux data in the RDB file");
     let fields = at + 12;
-    assert_eq!(&rdb[fields..fields + 3], &[2, 2, 2], "aux version 2 first");
+    assert_eq!(&rdb[fields..fields + 3], &[2, 3, 2], "aux version 3 first");
     let newer = release_number(RELEASE) + 10_000;
-    rdb[fields + 1] = 3;
+    rdb[fields + 1] = 4;
     // The release number as a 14-bit length (0x40 | high 6 bits, low 8 bits).
     assert_eq!(
         rdb[fields + 3] & 0xc0,
@@ -140,7 +140,7 @@ fn an_rdb_file_from_a_newer_release_is_refused_before_any_key_is_read() {
     let writer = format!("{}.{}.{}", newer / 10_000, newer / 100 % 100, newer % 100);
     assert!(
         log.contains(&format!(
-            "written by release {writer} (module data version 3); release {RELEASE}"
+            "written by release {writer} (module data version 4); release {RELEASE}"
         )) && log.contains(&format!("load redislock {writer} or newer")),
         "{}",
         s.log_tail(20)

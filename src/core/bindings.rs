@@ -36,6 +36,9 @@ pub struct Bindings {
     closing: VecDeque<(u64, hash_set::IntoIter<HoldId>)>,
     live: usize,
     orphans: usize,
+    /// Sets of orphans restored from a file so far (each under an id of
+    /// its own, counted down from `u64::MAX`, which no connection has).
+    restored: u64,
 }
 
 impl Bindings {
@@ -182,6 +185,37 @@ impl Bindings {
         None
     }
 
+    /// The holds of closed connections not released yet, as (lock, token,
+    /// fence): ends still owed, which a file saved now must carry.
+    pub fn orphan_holds(&self) -> Vec<(LockId, Vec<u8>, u64)> {
+        if self.orphans == 0 {
+            return Vec::new();
+        }
+        self.by_lock
+            .iter()
+            .flat_map(|(lock, holds)| {
+                holds
+                    .iter()
+                    .filter(|(_, (client, _))| self.closed.contains(client))
+                    .map(move |(token, (_, fence))| (lock.clone(), token.clone(), *fence))
+            })
+            .collect()
+    }
+
+    /// Orphans read back from a file: to be released as if their
+    /// connection had just closed. Returns how many.
+    pub fn restore_orphans(&mut self, holds: Vec<(LockId, Vec<u8>, u64)>) -> usize {
+        if holds.is_empty() {
+            return 0;
+        }
+        self.restored += 1;
+        let client = u64::MAX - self.restored;
+        for (lock, token, fence) in holds {
+            self.bind(lock, client, &token, fence);
+        }
+        self.close(client)
+    }
+
     /// Holds bound to live connections.
     pub fn live(&self) -> usize {
         self.live
@@ -247,6 +281,25 @@ mod tests {
         b.unbind(&lock(0, "a"));
         assert!(b.is_empty());
         assert!(b.by_client.is_empty() && b.by_lock.is_empty());
+    }
+
+    #[test]
+    fn orphans_are_listed_and_restored_as_orphans() {
+        let mut b = Bindings::default();
+        let (k1, k2) = (LockId::new(0, b"a"), LockId::new(1, b"b"));
+        b.bind(k1.clone(), 7, b"t", 3);
+        b.bind(k2.clone(), 8, b"u", 4);
+        assert!(b.orphan_holds().is_empty());
+        b.close(7);
+        let owed = b.orphan_holds();
+        assert_eq!(owed, vec![(k1.clone(), b"t".to_vec(), 3)]);
+        let mut again = Bindings::default();
+        assert_eq!(again.restore_orphans(owed), 1);
+        assert!(again.is_orphan(&k1, b"t", 3));
+        assert_eq!(again.client_of(&k1, b"t", 3), None);
+        assert_eq!(again.next_orphan(), Some((k1, b"t".to_vec(), 3)));
+        assert_eq!((again.live(), again.orphans()), (0, 0));
+        assert_eq!(again.restore_orphans(Vec::new()), 0);
     }
 
     #[test]

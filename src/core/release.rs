@@ -9,10 +9,11 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 pub const NUMBER: i32 = number(VERSION);
 
 /// Encoding version of the module's RDB aux data: 1 held the fence clock;
-/// 2 puts the writing release's number first. Every later version keeps the
-/// release number as its first field, so that an older release can name the
-/// release that wrote a file it cannot read.
-pub const AUX_VERSION: u64 = 2;
+/// 2 puts the writing release's number first; 3 adds the ends still owed
+/// (holds of closed connections not released yet). Every later version
+/// keeps the release number as its first field, so that an older release
+/// can name the release that wrote a file it cannot read.
+pub const AUX_VERSION: u64 = 3;
 
 /// `major.minor.patch` as one number; parts past 99 (minor, patch) are
 /// clamped so that the order of releases is kept.

@@ -9,7 +9,9 @@
 //! command writes it, and the rest from the scheduler in time-sliced
 //! passes, each as a revoke of the exact grant (token and fence). The
 //! binding lives in this server's memory only: a restart, `DEBUG RELOAD` or
-//! failover leaves the hold with its lease.
+//! failover leaves the hold with its lease. Ends still owed (a connection
+//! closed while the server let the module write nothing, a client pause)
+//! go into RDB files, and are owed again once the file is loaded.
 
 use std::cell::RefCell;
 
@@ -101,4 +103,16 @@ pub fn next_orphan() -> Option<(LockId, Vec<u8>, u64)> {
 /// many there are.
 pub fn close(client: u64) -> usize {
     with(|b| if b.live() == 0 { 0 } else { b.close(client) })
+}
+
+/// The ends still owed: holds of closed connections not released yet, as
+/// (lock, token, fence).
+pub fn owed() -> Vec<(LockId, Vec<u8>, u64)> {
+    with(|b| b.orphan_holds())
+}
+
+/// Ends owed by the file just loaded: released as a closed connection's
+/// holds are. Returns how many.
+pub fn restore_owed(holds: Vec<(LockId, Vec<u8>, u64)>) -> usize {
+    with(|b| b.restore_orphans(holds))
 }

@@ -18,6 +18,7 @@ use crate::core::release;
 use crate::server::{catch_panic, cluster, ffi, locks, state, stats};
 
 mod fields;
+mod owed;
 
 /// How Redis calls the type.
 const METHODS: raw::RedisModuleTypeMethods = raw::RedisModuleTypeMethods {
@@ -84,6 +85,8 @@ pub fn written_version() -> i32 {
 
 /// The aux data written before version 2, which carried the fence clock only.
 const AUX_CLOCK_ONLY: u64 = 1;
+/// The first version with the ends owed after the clock.
+const AUX_OWED: u64 = 3;
 
 /// # Safety
 /// `value` must be a pointer Redis got from this type, i.e. a `Record`.
@@ -343,6 +346,7 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
         raw::save_unsigned(rdb, release::NUMBER as u64);
         raw::save_unsigned(rdb, clock.epoch);
         raw::save_unsigned(rdb, clock.high_water);
+        owed::save(rdb);
     })
 }
 
@@ -364,11 +368,16 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when
             }
             let epoch = raw::load_unsigned(rdb).ok()?;
             let high_water = raw::load_unsigned(rdb).ok()?;
-            Some(FenceClock { epoch, high_water })
+            let owed = match version >= AUX_OWED {
+                true => owed::load(rdb)?,
+                false => Vec::new(),
+            };
+            Some((FenceClock { epoch, high_water }, owed))
         })();
         match saved {
-            Some(saved) => {
+            Some((saved, owed)) => {
                 state::with_clock(|c| c.merge(saved));
+                owed::restore(owed);
                 raw::REDISMODULE_OK as c_int
             }
             None => raw::REDISMODULE_ERR as c_int,
