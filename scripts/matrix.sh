@@ -1,50 +1,67 @@
 #!/usr/bin/env bash
 # `make test` after the build: on every server of the matrix (scripts/servers.sh: Redis 7.0 and
-# 8.2, Valkey 8.1 and 9.1), one server after the other, the integration tests and, side by side
-# with them, the client libraries' suites (scripts/client-tests.sh; each suite starts its own
-# servers on free ports and mostly waits on them). On the first server `cargo test --release`
-# also runs the unit tests and the torture tests (tests/torture.rs, tests/multi_torture.rs);
-# make stress runs them on the others; the client libraries' Cluster tests run on the first and last server only. Every
-# server is tried; the exit status is non-zero if any run failed, and the last
-# lines name what failed.
+# 8.2, Valkey 8.1 and 9.1) the integration tests, one server after the other, and the client
+# libraries' suites (scripts/client-tests.sh), two servers' at a time beside them: every suite
+# starts its own servers on free ports and mostly waits on them, so on 2 cores they overlap well.
+# On the first server `cargo test --release` also runs the unit tests and the torture tests
+# (tests/torture.rs, tests/multi_torture.rs); make stress runs them on the others. The client
+# libraries' Cluster tests run on the first and last server only (`make test-clients` runs them
+# on every server). Every run goes to its end, whatever failed before it (`--no-fail-fast`:
+# a failing test binary does not hide the others'); the exit status is non-zero if any failed,
+# and the last lines name what failed. CLIENT_JOBS (2) sets how many client runs overlap.
 set -uo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 cargo=${CARGO:-cargo}
+client_jobs=${CLIENT_JOBS:-2}
 
 servers=$(scripts/servers.sh) || exit 1
+first=$(head -n 1 <<<"$servers")
 last=$(tail -n 1 <<<"$servers")
 # Build every test binary first, so that compiler output does not mix with the runs.
 "$cargo" test --release --no-run || exit 1
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/redislock-matrix.XXXXXX")
-trap 'rm -rf "$logs"' EXIT
-failed=()
-first=1
-for server in $servers; do
-    label=$("$server" --version | cut -d' ' -f1-3)
-    if ((first)); then
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
+started=$(date +%s)
+label() { "$1" --version | cut -d' ' -f1-3; }
+
+# The client suites: a background queue that keeps `client_jobs` of them running. Each writes
+# its log and, when it ends, its exit status.
+(
+    i=0
+    for server in $servers; do
         clients_env=()
-        tests=()
-    else
-        clients_env=(REDISLOCK_SKIP_TYPECHECK=1)
-        tests=(--test suite --test deps)
-    fi
-    # The client libraries' Cluster tests (a 6-node cluster each) run on the first and the last
-    # server; `make test-clients` runs them on every server.
-    if ((!first)) && [ "$server" != "$last" ]; then
-        clients_env+=(REDISLOCK_SKIP_CLUSTER=1)
-    fi
-    env "${clients_env[@]}" scripts/client-tests.sh "$server" >"$logs/clients" 2>&1 &
-    clients=$!
-    echo "# integration tests on $label"
-    echo "REDIS_SERVER=$server $cargo test --release ${tests[*]}"
-    REDIS_SERVER=$server "$cargo" test --release "${tests[@]}" || failed+=("$label: cargo test")
-    wait "$clients" || failed+=("$label: client suites")
-    cat "$logs/clients"
-    first=0
+        [ "$server" != "$first" ] && clients_env+=(REDISLOCK_SKIP_TYPECHECK=1)
+        [ "$server" != "$first" ] && [ "$server" != "$last" ] && clients_env+=(REDISLOCK_SKIP_CLUSTER=1)
+        while (($(jobs -rp | wc -l) >= client_jobs)); do wait -n; done
+        (
+            env "${clients_env[@]}" scripts/client-tests.sh "$server" >"$logs/clients.$i" 2>&1
+            echo $? >"$logs/clients.$i.status"
+        ) &
+        i=$((i + 1))
+    done
+    wait
+) &
+queue=$!
+
+failed=()
+for server in $servers; do
+    if [ "$server" = "$first" ]; then tests=(); else tests=(--test suite --test deps); fi
+    echo "# integration tests on $(label "$server")"
+    echo "REDIS_SERVER=$server $cargo test --release --no-fail-fast ${tests[*]}"
+    REDIS_SERVER=$server "$cargo" test --release --no-fail-fast "${tests[@]}" \
+        || failed+=("$(label "$server"): cargo test")
 done
+wait "$queue"
+i=0
+for server in $servers; do
+    cat "$logs/clients.$i"
+    [ "$(cat "$logs/clients.$i.status" 2>/dev/null)" = 0 ] || failed+=("$(label "$server"): client suites")
+    i=$((i + 1))
+done
+echo "redislock: make test ran for $(($(date +%s) - started)) s after the build"
 if ((${#failed[@]})); then
     printf 'redislock: failed on %s\n' "${failed[@]}" >&2
     exit 1

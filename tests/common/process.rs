@@ -91,6 +91,10 @@ impl Server {
         }
         cmd.args(["--save", ""])
             .args(["--appendonly", "no"])
+            // Where a test turns the AOF on, every acknowledged write is in it before the reply:
+            // with `everysec` the server holds a write back while a slow fsync (a loaded
+            // machine's) is still running, and a `kill -9` then loses what a test expects.
+            .args(["--appendfsync", "always"])
             .args(["--enable-debug-command", "yes"])
             // Full syncs start at once instead of after the 5 s default delay.
             .args(["--repl-diskless-sync-delay", "0"])
