@@ -5,6 +5,7 @@
 //! the previous release's library run only when REDISLOCK_PREVIOUS_MODULE names it
 //! (`scripts/previous-module.sh` builds it and prints its path; `make upgrade-test` does both).
 
+mod handoff;
 mod setup;
 
 use redis::{Connection, Value};

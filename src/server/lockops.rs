@@ -75,8 +75,13 @@ fn store_grant(
 }
 
 /// Propagates and notifies a handoff written in place (`LockKey::replace_lock`):
-/// the grant's effect replaces the lock on a replica as it did here.
+/// the grant's effect replaces the lock on a replica as it did here; one with
+/// `DATA` follows a `DEL`, which a previous-release replica applies though
+/// it refuses the grant.
 pub fn propagate_handoff(ctx: &Context, name: &RedisString, lock: LockRef<'_>, expire_at: i64) {
+    if lock.data().is_some() {
+        ffi::replicate_delete(ctx, name);
+    }
     ffi::replicate_grant(ctx, name, lock, expire_at);
     ffi::notify(ctx, c"lock.handoff", name);
 }

@@ -16,7 +16,10 @@ thread_local! {
     /// lock on: an exclusive grant's `LOCK._APPLY` replaces the lock on a
     /// replica as it does here, so a `DEL` of the same key just before it
     /// need not be sent (one effect instead of two, and no `MULTI`/`EXEC`
-    /// around them). Any other effect sends it first, keeping the order.
+    /// around them). Any other effect sends it first, keeping the order;
+    /// so does a grant with `DATA`, which a replica on the previous release
+    /// refuses: the release must still reach it, lest it keep the holder
+    /// that was released.
     static HELD_BACK_DEL: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
 }
 
@@ -65,14 +68,15 @@ pub fn replicate_delete(ctx: &Context, key: &RedisString) {
 /// `LOCK._APPLY key token fence unix-ms [DATA data]`.
 pub fn replicate_grant(ctx: &Context, key: &RedisString, lock: LockRef<'_>, expire_at: i64) {
     let (token, fence) = (lock.token(), lock.fence());
-    let replaces = HELD_BACK_DEL.with(|d| {
-        let mut d = d.borrow_mut();
-        let same = d.as_deref() == Some(key.as_slice());
-        if same {
-            *d = None;
-        }
-        same
-    });
+    let replaces = lock.data().is_none()
+        && HELD_BACK_DEL.with(|d| {
+            let mut d = d.borrow_mut();
+            let same = d.as_deref() == Some(key.as_slice());
+            if same {
+                *d = None;
+            }
+            same
+        });
     if !replaces {
         send_held_back(ctx);
     }
