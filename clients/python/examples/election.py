@@ -40,7 +40,10 @@ def scheduler(name: str, jobs: int) -> int:
 def follow() -> None:
     """A follower's view: who leads, as soon as it changes (LOCK.OBSERVE)."""
     for leader in redislock.Election(r, "election:scheduler").observe():
-        print(f"now leading: {leader.data!r} in term {leader.term}")
+        if leader is None:               # resigned, and no candidate waiting
+            print("nobody leads")
+        else:
+            print(f"now leading: {leader.data!r} in term {leader.term}")
 
 
 if redislock.supports(r, "LOCK.OBSERVE"):

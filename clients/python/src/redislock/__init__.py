@@ -18,6 +18,7 @@ from redis.exceptions import LockError, LockNotOwnedError
 from ._common import HolderInfo, LockInfo, LockKindError, StaleFenceError, UnsupportedError
 from ._durable import NotReplicatedError
 from ._election import Leader
+from ._run import CampaignCancelled
 from .election import Election
 from .lock import FenceGate, Lock, supports
 from .multilock import CrossSlotError, MultiLock
@@ -28,6 +29,7 @@ __all__ = [
     "FenceGate",
     "Election",
     "Leader",
+    "CampaignCancelled",
     "MultiLock",
     "CrossSlotError",
     "Redlock",

@@ -13,8 +13,9 @@ fence, the lock's lease clock (``lost``, ``on_lost``) says when leadership may b
 Decided here: the data's bounds; what ``campaign`` and ``resign`` answer; who leads, read with
 ``LOCK.INFO``; and the observation — which ``LOCK.OBSERVE`` to send next (``AFTER`` the fence
 last seen, so that a change made while the observer was away or reconnecting is answered at
-once), which answers are a new leader (terms strictly increasing: a key with no lock, ``[0,
-nil]``, and a lower or equal fence are not), and which errors are waited out.
+once), which answers are a new leader (terms strictly increasing: a lower or equal fence is
+not), which are a vacancy (a key with no lock, ``[0, nil]``, after a leader was given out: once
+per vacancy), and which errors are waited out.
 """
 
 from __future__ import annotations
@@ -114,13 +115,16 @@ def leader(name: Any) -> Flow[Optional[Leader]]:
 
 class Observation:
     """Where one observer stands: the fence of the holder it last saw (``seen``, sent as
-    ``AFTER``), the highest term it gave out (``last``), and its failures in a row."""
+    ``AFTER``), the highest term it gave out (``last``), whether the last thing it gave out was
+    a leader (``leading``: a vacancy is given out once, and only after a leader), and its
+    failures in a row."""
 
     def __init__(self, name: Any, block: float = OBSERVE_BLOCK) -> None:
         self.name = name
         self.block = block
         self.seen: Optional[int] = None
         self.last = 0
+        self.leading = False
         self.failures = 0
 
     def request(self, now: float) -> Send:
@@ -131,20 +135,27 @@ class Observation:
             return Send(args)
         return Send([*args, "AFTER", self.seen], wait_until=now + self.block)
 
-    def answer(self, reply: Any) -> Optional[Leader]:
-        """The leader to give out, or None: the wait ended without a change (nil), nobody holds
-        the key (``[0, nil]``), or the fence is not above the last term given out (a holder
-        seen before, or an older one after a failover)."""
+    def answer(self, reply: Any) -> Union[Leader, None, "_Unchanged"]:
+        """What to give out: a new leader; None, a vacancy (nobody holds the key, ``[0, nil]``,
+        and the last thing given out was a leader); or ``UNCHANGED``: the wait ended without a
+        change (nil), the key is still free, or the fence is not above the last term given out
+        (a holder seen before, or an older one after a failover)."""
         self.failures = 0
         if reply is None:
-            return None
+            return UNCHANGED
         if not isinstance(reply, (list, tuple)) or len(reply) != 2:
             raise ResponseError(f"unexpected LOCK.OBSERVE reply: {reply!r}")
         fence, data = int(reply[0]), reply[1]
         self.seen = fence
-        if fence <= self.last:
+        if fence == 0:
+            if not self.leading:
+                return UNCHANGED
+            self.leading = False
             return None
+        if fence <= self.last:
+            return UNCHANGED
         self.last = fence
+        self.leading = True
         return Leader(fence, None if data is None else as_bytes(data))
 
     def failed(self) -> float:
@@ -154,13 +165,24 @@ class Observation:
         return pause
 
 
+class _Unchanged:
+    """Nothing to give out (see ``Observation.answer``)."""
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
+
+
 def _not_now(err: ResponseError) -> bool:
     return isinstance(err, _core.REDIRECTS) or str(err).startswith(_NOT_NOW)
 
 
-def observe_next(obs: Observation) -> Flow[Leader]:
-    """The next leader: ``LOCK.OBSERVE`` sent and re-armed until a holder with a higher term
-    than any given out before answers. A connection that fails (a cut, a partition seen as a
+def observe_next(obs: Observation) -> Flow[Optional[Leader]]:
+    """The next change: ``LOCK.OBSERVE`` sent and re-armed until a holder with a higher term
+    than any given out before answers (that leader), or the key is free after a leader was
+    given out (None: nobody leads). A connection that fails (a cut, a partition seen as a
     read that timed out, a server restarting or loading, a Cluster redirect) is waited out and
     the wait sent again ``AFTER`` the fence last seen, so that a change made meanwhile is
     answered at once. Raises only what waiting cannot mend: ``UnsupportedError`` (a server
@@ -176,9 +198,9 @@ def observe_next(obs: Observation) -> Flow[Leader]:
             failure = err
         else:
             found = obs.answer(unwrap(reply))
-            if found is not None:
-                return found
-            continue
+            if isinstance(found, _Unchanged):
+                continue
+            return found
         if obs.failures == 0:
             logger.warning("Observing election %r: %s; trying again", obs.name, failure)
         yield Pause(obs.failed())
@@ -202,10 +224,16 @@ class ElectionBase(Generic[L]):
         self.data = data
         #: Called with the election when leadership is lost (see ``lost``).
         self.on_lost = on_lost
+        #: The run now going on (``run()``), whose work a loss cancels first.
+        self._running: Any = None
         candidate._spec.mode.extend(candidate_mode(data))
 
     def _signal_lost(self, lock: Any) -> Any:
-        """The candidate lock's ``on_lost``: the election's own, called with the election."""
+        """The candidate lock's ``on_lost``: the run's work cancelled at once (if a run goes
+        on), then the election's own, called with the election."""
+        running = self._running
+        if running is not None:
+            running.lost()
         callback: Optional[Callable[[Any], Any]] = self.on_lost
         return None if callback is None else callback(self)
 

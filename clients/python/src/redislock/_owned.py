@@ -170,6 +170,17 @@ class Owned:
             return
         watcher().add(self)
 
+    def interrupt(self) -> None:
+        """From another thread: the command out on it (a wait) ends at once, its socket shut
+        down; the thread that sent it sees the connection closed. A hold granted on it
+        meanwhile is lost (the watcher tells, as for any close)."""
+        sock = getattr(self._conn, "_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # closed already
+                pass
+
     def lost_connection(self) -> None:
         """The watcher saw the socket closed."""
         self._end(signal=True)

@@ -5,17 +5,20 @@ its connections, its renewal thread, its lease clock)."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterator, Optional, Union, overload
+from typing import Any, Callable, Iterator, Optional, Set, Union, overload
 
 import redis as redis_py
+from redis.exceptions import LockError
 
+from ._base import logger
 from ._common import Number
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._election import DEFAULT_LEASE, DataT, ElectionBase, Leader, Observation, data_arg, leader, observe_next
 from ._flow import drive
+from ._run import FOLLOW_BLOCK, CampaignCancelled, Run, cancellable
 from .lock import Lock
 
-__all__ = ["Election", "Leader"]
+__all__ = ["Election", "Leader", "CampaignCancelled"]
 
 
 class Election(ElectionBase[Lock]):
@@ -42,7 +45,12 @@ class Election(ElectionBase[Lock]):
     - ``resign()`` ends the term: True if it still led, False otherwise.
     - ``leader()`` says who leads (``LOCK.INFO``): a ``Leader(term, data)``, or None.
     - ``observe()`` yields a ``Leader`` for each new leader, terms strictly increasing
-      (``LOCK.OBSERVE … AFTER … BLOCK``), through reconnects (see ``observe``).
+      (``LOCK.OBSERVE … AFTER … BLOCK``), and None when nobody leads any more, through
+      reconnects (see ``observe``).
+    - ``run(fn, on_elected=None, on_new_leader=None)`` campaigns, calls ``fn(stop)`` while this
+      candidate leads (``stop``, a ``threading.Event``, is set the moment leadership is lost),
+      resigns when ``fn`` returns and campaigns again, until ``stop()``. ``cancel()`` (from any
+      thread) ends a campaign that is waiting: it raises ``CampaignCancelled``.
     - ``data`` (bytes or a str, 1 to 4096 bytes): public, shown to every observer (an address,
       a host name). ``replicas``, ``replicas_timeout``: a term is granted only once that many
       replicas acknowledged it, as for ``Lock`` (``NotReplicatedError`` otherwise).
@@ -72,6 +80,9 @@ class Election(ElectionBase[Lock]):
         )
         super().__init__(lock, name, lease, value, on_lost)
         self.redis = redis
+        self._mutex = threading.Lock()
+        #: The cancel flags of the campaigns now waiting.
+        self._waiting: Set[threading.Event] = set()
 
     @property
     def lost(self) -> threading.Event:
@@ -87,8 +98,130 @@ class Election(ElectionBase[Lock]):
         """The term, once this candidate leads (at once if it leads already); with ``timeout``
         seconds, None if not elected by then (0: without waiting). A wait whose connection drops
         is sent once more with the time left, at the back of the queue."""
+        return self._campaigning(timeout, None)
+
+    def _campaigning(self, timeout: Optional[Number], running: Optional[Run]) -> Optional[int]:
+        """``campaign``, ended by ``cancel()`` (and by the run's ``stop()``)."""
         lock: Lock = self._lock
-        return lock._asking(self._campaign(timeout))
+        flag = threading.Event()
+        with self._mutex:
+            self._waiting.add(flag)
+
+        def cancelled() -> bool:
+            return flag.is_set() or (running is not None and running.stopped)
+
+        try:
+            term = lock._asking(cancellable(self._campaign(timeout), cancelled))
+        except Exception as err:
+            if cancelled() and not isinstance(err, CampaignCancelled):
+                raise CampaignCancelled("the campaign was cancelled") from err
+            raise
+        finally:
+            with self._mutex:
+                self._waiting.discard(flag)
+        if term is not None and cancelled():  # granted as it was cancelled: not taken
+            self._resign_quietly()
+            raise CampaignCancelled("the campaign was cancelled")
+        return term
+
+    def cancel(self) -> None:
+        """Ends the campaign that is waiting (from any thread): ``campaign()`` raises
+        ``CampaignCancelled`` (a ``run()`` returns). Its wait's connection is shut down, which
+        takes the candidate out of the server's queue. Returns once that campaign has ended
+        (at once when called from its own thread, or with none waiting)."""
+        with self._mutex:
+            flags = set(self._waiting)
+        for flag in flags:
+            flag.set()
+        pause = threading.Event()  # never set: a bounded pause between looks
+        while flags:
+            pending = getattr(self._lock.local, "pending", None)
+            if pending is not None:
+                pending.interrupt()  # again, if it was opened anew meanwhile
+            with self._mutex:
+                flags &= self._waiting
+            if flags:
+                pause.wait(0.05)  # the campaign's own thread ends it
+
+    def stop(self) -> None:
+        """Ends ``run()`` (from any thread, or from ``fn``): no more campaigns, the work's
+        ``stop`` event set, the term resigned; a campaign waiting is cancelled."""
+        running: Optional[Run] = self._running
+        if running is not None:
+            running.stop()
+        self.cancel()
+
+    def run(
+        self,
+        fn: Callable[[threading.Event], Any],
+        *,
+        on_elected: Optional[Callable[[int], Any]] = None,
+        on_new_leader: Optional[Callable[[Optional[Leader]], Any]] = None,
+    ) -> None:
+        """Campaigns; once elected calls ``on_elected(term)``, then ``fn(stop)`` in this thread;
+        ``stop`` (a ``threading.Event``) is set the moment leadership is lost (as ``lost``),
+        when ``stop()`` is called, and when ``fn`` returns — always before the term is
+        resigned, so the next leader starts after it. When ``fn`` returns the term is resigned
+        and the candidate campaigns again, until ``stop()`` (or ``cancel()``); then ``run``
+        returns. An exception of ``fn`` resigns and ends the run with it. ``on_new_leader`` is
+        called (from a thread of the run's own) with each change an observer sees: a
+        ``Leader``, or None when nobody leads."""
+        running = Run(on_elected, on_new_leader)
+        with self._mutex:
+            if self._running is not None:
+                raise LockError(f"a run of the election {self.name!r} goes on already")
+            self._running = running
+        if on_new_leader is not None:
+            threading.Thread(target=self._follow, args=(running,), name="redislock-follow", daemon=True).start()
+        try:
+            while running.campaigning():
+                try:
+                    got = self._campaigning(None, running)
+                except CampaignCancelled:
+                    break
+                stop = threading.Event()
+                term = running.elected(must_term(got), stop.set, lambda: self.is_leader and not self.lost.is_set())
+                try:
+                    if on_elected is not None:
+                        on_elected(term.term)
+                    if running.working(term):
+                        fn(stop)
+                finally:
+                    running.finished(term)
+                    self._resign_quietly()
+        finally:
+            running.end()
+            with self._mutex:
+                self._running = None
+
+    def _resign_quietly(self) -> None:
+        """A run's term ends: resigned; without an answer, its connection closed (which ends
+        it in the server as well)."""
+        try:
+            self.resign()
+        except Exception as err:
+            logger.warning("Resigning in election %r: %s; closing the term's connection", self.name, err)
+            lock: Lock = self._lock
+            hold = lock._held()
+            lock._forget()
+            if hold is not None and hold.conn is not None:
+                hold.conn.close()
+            lock.local.token = lock.local.fence = lock.local.hold = None
+
+    def _follow(self, running: Run) -> None:
+        """The run's observer: ``on_new_leader`` for each change, until the run ends."""
+        observation = Observation(self.name, block=FOLLOW_BLOCK)
+        while not running.ended:
+            try:
+                change = drive(observe_next(observation), self._lock._carry)
+            except Exception as err:
+                logger.warning("Observing election %r for run(): %s; no more on_new_leader", self.name, err)
+                return
+            if running.seen(change):
+                try:
+                    running.on_new_leader(change)  # type: ignore[misc]
+                except Exception:
+                    logger.exception("on_new_leader callback of election %r failed", self.name)
 
     def resign(self) -> bool:
         """Ends the term (``LOCK.RELEASE``): True if this candidate still led, False if it did
@@ -101,9 +234,11 @@ class Election(ElectionBase[Lock]):
         """Who leads now: ``Leader(term, data)``, or None when nobody does (``LOCK.INFO``)."""
         return drive(leader(self.name), self._lock._carry)
 
-    def observe(self) -> Iterator[Leader]:
+    def observe(self) -> Iterator[Optional[Leader]]:
         """Each new leader, as it is granted: the current one first (if any), then every later
-        one, terms strictly increasing. Between two leaders (nobody leads) it yields nothing.
+        one, terms strictly increasing; None when, after a leader, nobody leads (a resignation
+        or a lease run out with no candidate waiting), once per vacancy. A handoff to a waiting
+        candidate is one change: the next leader, no None between.
         Each wait is ``LOCK.OBSERVE name AFTER <fence last seen> BLOCK`` (at most 5 s, then sent
         again), on a connection of the lock's own; a connection that fails is opened again and
         the wait re-armed with the fence last seen, so a leader granted meanwhile is yielded at
@@ -112,3 +247,8 @@ class Election(ElectionBase[Lock]):
         observation = Observation(self.name)
         while True:
             yield drive(observe_next(observation), self._lock._carry)
+
+
+def must_term(term: Optional[int]) -> int:
+    assert term is not None  # a campaign without a timeout returns a term or raises
+    return term
