@@ -12,10 +12,12 @@
 // Observation is decided in `Observation` (no I/O): the first LOCK.OBSERVE asks for the current
 // holder, each later one waits in the server AFTER the fence last seen (a change made while the
 // observer was away or reconnecting is answered at once); a holder is given out only when its
-// fence is above every term given out before (so never "nobody", [0, nil], nor an older term).
+// fence is above every term given out before (never an older term), and "nobody leads" (null)
+// when the key is free ([0, nil]) after a leader was given out, once per vacancy.
 "use strict";
 
 const { LockError, UnsupportedError } = require("./errors");
+const { Run } = require("./run");
 
 /** The lease of a term unless the election is given another (ms): a leader cut off from the server is succeeded within it. */
 const DEFAULT_LEASE_MS = 10000;
@@ -46,12 +48,17 @@ function dataArg(data) {
   return value;
 }
 
-/** Where one observer stands: the fence last seen (sent as AFTER), the highest term given out, its failures in a row. */
+/**
+ * Where one observer stands: the fence last seen (sent as AFTER), the highest term given out,
+ * whether the last thing given out was a leader (a vacancy is given out once, after a leader),
+ * its failures in a row.
+ */
 class Observation {
   constructor(blockMs = OBSERVE_BLOCK_MS) {
     this.blockMs = blockMs;
     this.seen = null;
     this.last = 0n;
+    this.leading = false;
     this.failures = 0;
   }
 
@@ -62,17 +69,24 @@ class Observation {
   }
 
   /**
-   * The leader to give out ({ term, data }), or null: the wait ended without a change (nil), nobody
-   * holds the key ([0, nil]), or the fence is not above the last term given out.
+   * What to give out: a new leader ({ term, data }); null, a vacancy (nobody holds the key, [0,
+   * nil], and the last thing given out was a leader); or undefined, nothing: the wait ended
+   * without a change (nil), the key is still free, or the fence is not above the last term given out.
    */
   answer(reply) {
     this.failures = 0;
-    if (reply === null || reply === undefined) return null;
+    if (reply === null || reply === undefined) return undefined;
     if (!Array.isArray(reply) || reply.length !== 2) throw new LockError(`unexpected LOCK.OBSERVE reply: ${reply}`);
     const fence = BigInt(String(reply[0]));
     this.seen = fence;
-    if (fence <= this.last) return null;
+    if (fence === 0n) {
+      if (!this.leading) return undefined;
+      this.leading = false;
+      return null;
+    }
+    if (fence <= this.last) return undefined;
     this.last = fence;
+    this.leading = true;
     const data = reply[1];
     return { term: fence, data: data === null || data === undefined ? null : Buffer.isBuffer(data) ? data : Buffer.from(String(data)) };
   }
@@ -138,6 +152,8 @@ class Election {
     /** The hold of the latest term (released or lost once it ended), or null before the first. */
     this.hold = null;
     this.campaigning = false;
+    /** The run going on (run()): { run, stop }, or null. */
+    this.running = null;
   }
 
   /** This candidate leads: its term was granted, not resigned, and its lease clock has not run out. */
@@ -199,6 +215,93 @@ class Election {
     return released && !wasLost;
   }
 
+  /**
+   * Campaigns; once elected calls onElected(term), then fn(signal): `signal` aborts the moment
+   * leadership is lost (with the term's LockLostError), when the run is stopped, and when fn's
+   * promise settles — always before the term is resigned, so the next leader starts after it.
+   * When fn returns the term is resigned and the candidate campaigns again, until the run is
+   * stopped (`signal` aborts, or stop()); then the promise resolves. A rejection of fn resigns and
+   * ends the run with it. onNewLeader is called with each change an observer of the run sees:
+   * { term, data }, or null when nobody leads.
+   */
+  async run(fn, { signal, onElected = null, onNewLeader = null } = {}) {
+    const t = this.tools;
+    if (typeof fn !== "function") throw new TypeError(`fn must be a function, not ${t.shown(fn)}`);
+    if (this.running) throw new LockError(`a run of the election ${this.name} goes on already`, this.name);
+    const run = new Run(this.name, { onElected, onNewLeader });
+    const stopping = new AbortController();
+    const stop = (reason) => {
+      if (stopping.signal.aborted) return;
+      const why = reason || new LockError(`the run of the election ${this.name} was stopped`, this.name);
+      run.stop(why);
+      stopping.abort(why);
+    };
+    const onAbort = () => stop(t.abortReason(signal));
+    if (signal) {
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+    }
+    this.running = { run, stop };
+    const following = onNewLeader ? this.follow(run, stopping.signal) : null;
+    try {
+      while (run.campaigning()) {
+        let term;
+        try {
+          term = await this.campaign({ signal: stopping.signal });
+        } catch (err) {
+          if (run.stopped) break;
+          throw err;
+        }
+        await this.work(run, fn, term);
+      }
+    } finally {
+      run.end();
+      this.running = null;
+      if (signal) signal.removeEventListener("abort", onAbort);
+      stopping.abort();
+      await following;
+    }
+  }
+
+  /** Ends run(): no more campaigns (a campaign waiting ends), the work's signal aborted, the term resigned. */
+  stop(reason) {
+    if (this.running) this.running.stop(reason);
+  }
+
+  // One term of a run: fn called with the term's signal, which the hold's loss aborts at once.
+  async work(run, fn, fence) {
+    const hold = this.hold;
+    const term = run.elected(fence, () => this.isLeader && this.hold === hold);
+    const onLoss = () => run.lost(term, hold.signal.reason);
+    hold.signal.addEventListener("abort", onLoss, { once: true });
+    try {
+      if (run.onElected) await run.onElected(fence);
+      if (run.working(term)) await fn(term.signal);
+    } finally {
+      hold.signal.removeEventListener("abort", onLoss);
+      run.finished(term);
+      await this.resign().catch(() => hold.drop()); // without an answer: its connection closed ends it
+    }
+  }
+
+  // The run's observer: onNewLeader for each change, until the run ends (`signal` aborts).
+  async follow(run, signal) {
+    try {
+      for await (const change of this.observing(signal)) {
+        if (!run.seen()) continue;
+        try {
+          run.onNewLeader(change);
+        } catch (e) {
+          queueMicrotask(() => {
+            throw e; // the application's callback failed: as any uncaught error of its own
+          });
+        }
+      }
+    } catch {
+      // the run ended (the signal aborted), or observation is impossible here (no LOCK.OBSERVE)
+    }
+  }
+
   /** Who leads now (LOCK.INFO): { term, data } (data a Buffer, or null), or null when nobody does. */
   async leader() {
     const t = this.tools;
@@ -207,7 +310,9 @@ class Election {
 
   /**
    * Each new leader as it is granted, { term, data }: the current one first (if any), then every
-   * later one, terms strictly increasing; nothing between two leaders. A connection that fails
+   * later one, terms strictly increasing; null when, after a leader, nobody leads (a resignation
+   * or a lease run out with no candidate waiting), once per vacancy. A handoff to a waiting
+   * candidate is one change: no null between. A connection that fails
    * is opened again and the wait re-armed AFTER the fence last seen. Ends when `signal` aborts
    * (rejecting with its reason) or the locker quits (LockError); UnsupportedError on a server
    * without LOCK.OBSERVE.
@@ -238,7 +343,7 @@ class Election {
         continue;
       }
       const found = observation.answer(reply);
-      if (found) yield found;
+      if (found !== undefined) yield found;
     }
   }
 

@@ -186,6 +186,20 @@ class Hold {
     return str(reply) === "1";
   }
 
+  /**
+   * Ends the hold here without a release (one that got no answer): no more renewals, nothing
+   * signalled; a bound connection is closed, which ends the hold in the server as well.
+   */
+  drop() {
+    if (this.released) return;
+    this.released = true;
+    this.stopRenewing();
+    clock.cancel(this.lossEntry);
+    this.lossEntry = null;
+    this.leaseEnd = 0;
+    if (this.bound) this.bound.close();
+  }
+
   /** True if the key still has this hold: its token among the holders, with this grant's fence. */
   async owned() {
     if (this.released || this.leaseLeft === 0) return false;

@@ -291,10 +291,31 @@ export declare class Election {
   leader(): Promise<Leader | null>;
   /**
    * Each new leader as it is granted (LOCK.OBSERVE … AFTER … BLOCK): the current one first, then every
-   * later one, terms strictly increasing, through reconnects. Rejects with the signal's reason when
+   * later one, terms strictly increasing, through reconnects; null when, after a leader, nobody
+   * leads (a resignation or a lease run out with no candidate waiting), once per vacancy. Rejects with the signal's reason when
    * `signal` aborts, with LockError when the locker quits, with UnsupportedError on a server without LOCK.OBSERVE.
    */
-  observe(opts?: { signal?: AbortSignal }): AsyncIterableIterator<Leader>;
+  observe(opts?: { signal?: AbortSignal }): AsyncIterableIterator<Leader | null>;
+  /**
+   * Campaigns; once elected calls `onElected(term)`, then `fn(signal)`: `signal` aborts the moment
+   * leadership is lost (reason: the LockLostError), when the run is stopped, and when fn settles —
+   * always before the term is resigned, so the next leader starts after it. When fn returns, the
+   * term is resigned and the candidate campaigns again, until `signal` (run's option) aborts or
+   * stop() is called; then the promise resolves. A rejection of fn resigns and ends the run with it.
+   * `onNewLeader` is called with each change an observer of the run sees (null: nobody leads).
+   */
+  run(fn: (signal: AbortSignal) => unknown, opts?: RunOptions): Promise<void>;
+  /** Ends run(): no more campaigns (a campaign waiting ends), the work's signal aborted, the term resigned. */
+  stop(reason?: unknown): void;
+}
+
+export interface RunOptions {
+  /** Ends the run when it aborts. */
+  signal?: AbortSignal;
+  /** Called once per term, before fn. */
+  onElected?: (term: bigint) => unknown;
+  /** Called once per change an observer of the run sees: the new leader, or null when nobody leads. */
+  onNewLeader?: (leader: Leader | null) => void;
 }
 
 export declare class LockError extends Error {

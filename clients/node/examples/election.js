@@ -38,7 +38,8 @@ async function main() {
   // A follower's view: who leads, as soon as it changes (LOCK.OBSERVE).
   async function follow(signal) {
     for await (const leader of locker.election("election:scheduler").observe({ signal })) {
-      console.log(`now leading: ${leader.data} in term ${leader.term}`);
+      if (leader === null) console.log("nobody leads"); // resigned, and no candidate waiting
+      else console.log(`now leading: ${leader.data} in term ${leader.term}`);
     }
   }
 

@@ -81,9 +81,19 @@ async function elections(): Promise<bigint> {
   const notSure: bigint = await election.campaign({ wait: 1000 });
   const stop = new AbortController();
   for await (const leader of election.observe({ signal: stop.signal })) {
+    if (leader === null) continue; // nobody leads
     const data: Buffer | null = leader.data;
     if (leader.term > term && data) break;
   }
+  await election.run(
+    async (lost: AbortSignal) => {
+      if (!lost.aborted) await locker.fenced("gate:x", term, "SET", "k", "v");
+    },
+    { signal: stop.signal, onElected: (t: bigint) => void t, onNewLeader: (l: Leader | null) => void l },
+  );
+  election.stop();
+  // @ts-expect-error fn is a function
+  await election.run("work");
   const now: Leader | null = await election.leader();
   const leading: boolean = election.isLeader;
   const signal: AbortSignal | null = election.signal;
