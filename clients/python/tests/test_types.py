@@ -48,7 +48,10 @@ def elected(e: redislock.Election) -> int:
     term: int = e.campaign()  # without a timeout: a term, never None
     maybe: Optional[int] = e.campaign(5)
     leader = e.leader()
-    for seen, data in e.observe():
+    for change in e.observe():
+        if change is None:  # nobody leads after a leader
+            continue
+        seen, data = change
         return seen + term + (maybe or 0) + (leader.term if leader else 0) + len(data or b"")
     return 0
 
@@ -56,7 +59,8 @@ def elected(e: redislock.Election) -> int:
 async def aelected(e: redislock.asyncio.Election) -> int:
     term: int = await e.campaign()
     async for leader in e.observe():
-        return leader.term + term
+        if leader is not None:
+            return leader.term + term
     return 0
 
 
