@@ -4,7 +4,8 @@ time, and between them a task of the hold's event loop that waits on the connect
 The reader returns only at EOF, or raises at a reset: either way the server closed the
 connection, and so released the hold, and the front end is told at once (``on_close``). The
 task is cancelled before each command (a wait on the reader that is cancelled reads nothing)
-and started again after it."""
+and started again after it; after ``KEEPALIVE`` seconds of silence it sends a ``PING``, so the
+server's idle ``timeout`` never closes the connection while the hold lives."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from redis.exceptions import AskError, ConnectionError, MovedError, ResponseErro
 from ._conn import _drop
 from ._flow import Request, Send
 from ._link import aexchange, own_connections
+from ._owned import KEEPALIVE
 
 __all__ = ["AsyncOwned", "acarrier", "aowned_for"]
 
@@ -132,13 +134,30 @@ class AsyncOwned:
         reader = getattr(self._conn, "_reader", None)
         if reader is not None:
             try:
-                await reader.read(1)  # b"" at EOF; data nobody asked for ends it as well
+                while True:
+                    try:
+                        # b"" at EOF; data nobody asked for ends it as well
+                        await asyncio.wait_for(reader.read(1), KEEPALIVE)
+                        break
+                    except asyncio.TimeoutError:
+                        await self._ping()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # a reset
+            except Exception:  # a reset, or a PING unanswered within the lease
                 pass
         self._watching = None
         self._end(signal=True)
+
+    async def _ping(self) -> None:
+        """A keep-alive after ``KEEPALIVE`` seconds of silence, so the server's idle ``timeout``
+        never closes the connection while the hold lives. Under the mutex: a command waits for
+        it rather than cancel it halfway (which would leave its reply unread)."""
+        async with self._mutex:
+            await asyncio.wait_for(self._ping_once(), self.default)
+
+    async def _ping_once(self) -> None:
+        await self._conn.send_command("PING")
+        await self._conn.read_response()
 
     def close(self) -> None:
         """The hold ended: the connection is closed (nothing more is signalled)."""

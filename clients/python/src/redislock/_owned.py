@@ -5,8 +5,7 @@ The server releases a bound hold when its connection closes, so that connection 
 library's own, opened for the hold from the application client's settings (host, port, TLS,
 auth, database; on a Cluster, the node serving the key) and never one of the application's
 pool: the application's command timeouts and reconnects cannot touch it. The grant, the
-renewals (which keep it active, so the server's idle ``timeout`` never closes it while the hold
-lives) and the release go on it, one command at a time, each bounded as a command on the lock's
+renewals and the release go on it, one command at a time, each bounded as a command on the lock's
 other connections (``_link.exchange``), or by the lease when nothing else bounds it.
 
 Between commands one thread of the process (``_Watcher``, named ``redislock-watch``) waits in
@@ -14,6 +13,11 @@ Between commands one thread of the process (``_Watcher``, named ``redislock-watc
 command is out means the server closed the connection (``CLIENT KILL``, a restart, the idle
 ``timeout``), and so released the hold: the front end is told at once (``on_close``). The thread
 leaves when no hold is watched. ``close()`` ends the connection when the hold ends.
+
+The same thread keeps each connection active: after ``KEEPALIVE`` seconds without a command it
+sends a ``PING`` (without waiting for it: its reply is read when it arrives, or by the next
+command first), so the server's idle ``timeout`` never closes it while the hold lives, however
+long the lease and its renewals' interval.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import selectors
 import socket
 import ssl
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import redis as redis_py
@@ -31,7 +36,11 @@ from redis.exceptions import AskError, ConnectionError, MovedError, ResponseErro
 from ._flow import Request, Send
 from ._link import exchange, own_connections
 
-__all__ = ["Owned", "carrier", "owned_for", "probe", "settings"]
+__all__ = ["KEEPALIVE", "Owned", "carrier", "owned_for", "probe", "settings"]
+
+#: Seconds of silence after which a bound connection sends a PING (the server's idle
+#: ``timeout`` is a whole number of seconds, 1 or more; the watcher looks four times as often).
+KEEPALIVE = 1.0
 
 
 def settings(client: Any, key: Any, node: Any = None) -> Tuple[Any, Dict[str, Any]]:
@@ -107,6 +116,10 @@ class Owned:
         self.registered = False
         self.sock: Any = None
         self._on_close: Optional[Callable[[], None]] = None
+        #: When a command last went out on it (the monotonic clock), and the keep-alive PINGs
+        #: sent whose replies are still to be read.
+        self.last_used = time.monotonic()
+        self.pings = 0
 
     def usable(self) -> bool:
         return not self.dead and self.pid == os.getpid()
@@ -122,6 +135,7 @@ class Owned:
                 raise ConnectionError("the hold's connection is closed")
             watcher().pause(self)
             try:
+                self._read_pongs(self.default)
                 reply, fit = exchange(self._conn, req, self.default, self._asking)
             except (MovedError, AskError) as err:
                 if not self.pinned:
@@ -133,10 +147,54 @@ class Owned:
                 self._failed()
                 raise
             finally:
+                self.last_used = time.monotonic()
                 watcher().resume(self)
             if not fit:  # a follow-up without an answer: the connection was closed
                 self._failed()
             return reply
+
+    def _read_pongs(self, bound: Optional[float], waiting: bool = True) -> None:
+        """The replies of the keep-alive PINGs sent, read (under ``_mutex``): before a command,
+        waiting up to ``bound`` for each; from the watcher, only those already arrived."""
+        while self.pings:
+            if not waiting and not self._conn.can_read(timeout=0):
+                return
+            self._conn.read_response(timeout=bound)
+            self.pings -= 1
+
+    def keepalive(self, now: float) -> None:
+        """From the watcher: a PING if nothing went out for ``KEEPALIVE`` seconds, unless a
+        command is out (it keeps the connection active itself) or one is still unanswered."""
+        if self.pings or now - self.last_used < KEEPALIVE or not self._mutex.acquire(blocking=False):
+            return
+        failed = False
+        try:
+            if not self.dead and self.usable() and getattr(self._conn, "_sock", None) is not None:
+                self._conn.send_command("PING")
+                self.pings += 1
+                self.last_used = now
+        except Exception:  # it could not be written: the connection is closed
+            failed = True
+        finally:
+            self._mutex.release()
+        if failed:
+            self._end(signal=True)
+
+    def take_pongs(self) -> None:
+        """From the watcher, the socket readable with PINGs unanswered: their replies read (a
+        command running meanwhile reads them first itself); a failure is the end of the hold."""
+        if not self._mutex.acquire(blocking=False):
+            return
+        failed = False
+        try:
+            if not self.dead and self.usable():
+                self._read_pongs(KEEPALIVE, waiting=False)
+        except Exception:  # the server closed it, or answered what nobody asked
+            failed = True
+        finally:
+            self._mutex.release()
+        if failed:
+            self._end(signal=True)
 
     def _redirect(self, err: ResponseError) -> None:
         if not isinstance(self._client, redis_py.RedisCluster):
@@ -271,8 +329,9 @@ class _Watcher:
                 if not self.watched:
                     self.thread = None
                     return
-            ready = self.selector.select()
+            ready = self.selector.select(KEEPALIVE / 4)
             closed: List[Owned] = []
+            answered: List[Owned] = []
             with self.mutex:
                 for key, _ in ready:
                     owned = key.data
@@ -281,12 +340,20 @@ class _Watcher:
                     elif owned in self.watched and owned.registered and not owned.dead:
                         if owned.busy:  # a reply: not ours to read; looked at again after it
                             self._unregister(owned)
+                        elif owned.pings:  # a keep-alive's PONG (or the close after it)
+                            answered.append(owned)
                         elif probe(owned.sock) is not None:
                             self._unregister(owned)
                             self.watched.discard(owned)
                             closed.append(owned)
+                idle = list(self.watched)
             for owned in closed:
                 owned.lost_connection()
+            for owned in answered:
+                owned.take_pongs()
+            now = time.monotonic()
+            for owned in idle:
+                owned.keepalive(now)
 
     def _drain(self) -> None:
         try:
