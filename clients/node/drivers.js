@@ -40,8 +40,13 @@ const IOREDIS_OWNED = {
   enableAutoPipelining: false,
 };
 
+// A connection for a wait (LOCK.ACQUIRE … BLOCK, LOCK.OBSERVE … BLOCK): the locker bounds each wait
+// itself (its time + a margin), so none of the application's timeouts, which would end a wait
+// early and leave the waiter queued in the server.
+const IOREDIS_WAIT = { ...IOREDIS_ONCE, commandTimeout: undefined, socketTimeout: undefined, blockingTimeout: undefined };
+
 /** The options of each kind of connection: the shared one (false), one for a wait (true), one a hold is bound to ("owned"). */
-const ioredisExtra = (kind) => (kind === "owned" ? IOREDIS_OWNED : kind ? IOREDIS_ONCE : {});
+const ioredisExtra = (kind) => (kind === "owned" ? IOREDIS_OWNED : kind ? IOREDIS_WAIT : {});
 
 class IoredisConnection {
   constructor(source, options) {
@@ -188,6 +193,11 @@ function nodeRedisOwned(socket) {
   };
 }
 
+/** The options of a connection for a wait (see IOREDIS_WAIT): no socket timeout, no command options. */
+function nodeRedisWait(socket) {
+  return { socket: { ...socket, socketTimeout: undefined }, commandOptions: undefined };
+}
+
 class NodeRedisConnection {
   constructor(conn) {
     this.conn = conn;
@@ -256,8 +266,9 @@ class NodeRedisConnector {
   /** A connection to `address` (null outside Cluster): shared (false), for a wait (true), or "owned" by a hold. */
   async open(address, kind) {
     if (!this.cluster) {
-      if (kind !== "owned") return new NodeRedisConnection(this.client.duplicate());
-      return new NodeRedisConnection(this.client.duplicate(nodeRedisOwned((this.client.options && this.client.options.socket) || {})));
+      const socket = (this.client.options && this.client.options.socket) || {};
+      if (!kind) return new NodeRedisConnection(this.client.duplicate());
+      return new NodeRedisConnection(this.client.duplicate(kind === "owned" ? nodeRedisOwned(socket) : nodeRedisWait(socket)));
     }
     if (!this.baseClient) {
       const masters = this.client.masters || [];
@@ -267,7 +278,8 @@ class NodeRedisConnector {
     const base = this.baseClient;
     const { host, port } = splitAddress(address);
     const socket = { ...((base.options && base.options.socket) || {}), host, port, reconnectStrategy: false };
-    return new NodeRedisConnection(base.duplicate(kind === "owned" ? nodeRedisOwned(socket) : { socket }));
+    const options = kind === "owned" ? nodeRedisOwned(socket) : kind ? nodeRedisWait(socket) : { socket };
+    return new NodeRedisConnection(base.duplicate(options));
   }
 
   seeds() {

@@ -2,7 +2,7 @@
 // against a real server, with ioredis and node-redis: each lives on a connection the locker opens
 // for it alone and closes when it ends; a CLIENT KILL of it is signalled at once (not at the next
 // renewal), onLost runs once per loss, the server's `timeout` and the application's own timeouts
-// never end it. Times are compared on the clock the client uses (performance.now()).
+// never end it (nor a wait for a plain lock, which the locker bounds itself). Times are compared on the clock the client uses (performance.now()).
 "use strict";
 
 const { test, describe, before, after } = require("node:test");
@@ -214,6 +214,25 @@ for (const lib of LIBRARIES) {
         assert.equal(candidate.term, term);
         assert.equal(await boundTo(key("app")), id, "the same connection");
         assert.equal(await candidate.resign(), true);
+      } finally {
+        await own.quit();
+        disconnect(lib, app);
+      }
+    });
+
+    test("the application's own timeouts do not end a wait for a lock: the locker bounds it itself", { timeout: 20000 }, async () => {
+      const app = await connectWith(lib, server.port, { ioredis: { commandTimeout: 150, socketTimeout: 300 }, socket: { socketTimeout: 300 } });
+      const own = new Locker(app);
+      try {
+        const hold = await locker.acquire(key("wait"), 10000);
+        const waiting = own.acquire(key("wait"), 10000, { wait: 10000 });
+        await eventually(async () => (await locker.info(key("wait"))).waiters === 1, 5000, "the waiter queued");
+        await sleep(600); // the wait lasts longer than the application's timeouts
+        assert.equal((await locker.info(key("wait"))).waiters, 1, "still waiting");
+        await hold.release();
+        const granted = await waiting;
+        assert.ok(granted.fence > hold.fence);
+        assert.equal(await granted.release(), true);
       } finally {
         await own.quit();
         disconnect(lib, app);
