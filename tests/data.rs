@@ -332,3 +332,81 @@ fn digests_cover_every_holders_data() {
         );
     }
 }
+
+/// The data of the one holder of a shared lock or a semaphore, as `LOCK.INFO` shows it.
+fn holder_data(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    let reply = ok(con, &rcmd!("LOCK.INFO", key));
+    let pairs = field_pairs(&reply);
+    let holders = match pairs.iter().find(|(k, _)| k == b"holders") {
+        Some((_, Value::Array(h))) if h.len() == 1 => h.clone(),
+        _ => panic!("{key}: one holder expected, got {} fields", pairs.len()),
+    };
+    field_pairs(&holders[0])
+        .into_iter()
+        .find(|(k, _)| k == b"data")
+        .map(|(_, v)| as_bytes(&v))
+}
+
+/// A renewal does not resend a holder's data: `LOCK.EXTEND` and a re-grant without `DATA` of a
+/// shared hold or a semaphore place are written to the AOF and replicas without it, and the
+/// replica and the AOF replayed after `kill -9` keep the data of that grant; a re-grant with
+/// `DATA` writes the new data once.
+#[test]
+fn renewals_do_not_resend_the_data() {
+    let mut s = Server::builder().set("appendonly", "yes").start();
+    let replica = Server::start_replica_of(&s);
+    let mut c = s.conn();
+    let data: Vec<u8> = (0..4000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let keys = [("r:s", vec!["SHARED"]), ("r:m", vec!["LIMIT", "2"])];
+    let acquire = |c: &mut Connection, key: &str, kind: &[&str], data: Option<&[u8]>| {
+        let mut cmd = rcmd!("LOCK.ACQUIRE", key, "t", "PX", 60_000);
+        for arg in kind {
+            cmd.arg(*arg);
+        }
+        if let Some(d) = data {
+            cmd.arg("DATA").arg(d);
+        }
+        assert!(parse_grant(&ok(c, &cmd)).is_some(), "{key}");
+    };
+    for (key, kind) in &keys {
+        acquire(&mut c, key, kind, Some(&data));
+        for _ in 0..5 {
+            assert_eq!(
+                as_int(&ok(&mut c, &rcmd!("LOCK.EXTEND", key, "t", "PX", 60_000))),
+                1
+            );
+        }
+        acquire(&mut c, key, kind, None);
+    }
+    let written = |s: &Server, what: &[u8]| {
+        let aof = s.aof_text().into_bytes();
+        aof.windows(what.len()).filter(|w| *w == what).count()
+    };
+    assert_eq!(written(&s, &data), 2, "the data written once per grant");
+    wait_replica_caught_up(&s, &replica);
+    let mut rc = replica.conn();
+    for (key, _) in &keys {
+        assert_eq!(
+            holder_data(&mut rc, key),
+            Some(data.clone()),
+            "{key} on the replica"
+        );
+    }
+    let digest = |s: &Server| ok(&mut s.conn(), &rcmd!("DEBUG", "DIGEST"));
+    assert_eq!(digest(&s), digest(&replica));
+    // New data is written, and replaces the old on the replica.
+    acquire(&mut c, "r:s", &["SHARED"], Some(b"new-data"));
+    assert_eq!(written(&s, b"new-data"), 1);
+    wait_replica_caught_up(&s, &replica);
+    assert_eq!(holder_data(&mut rc, "r:s"), Some(b"new-data".to_vec()));
+    assert_eq!(digest(&s), digest(&replica));
+    drop(replica);
+    s.kill9_and_restart();
+    let mut c = s.conn();
+    assert_eq!(holder_data(&mut c, "r:s"), Some(b"new-data".to_vec()));
+    assert_eq!(
+        holder_data(&mut c, "r:m"),
+        Some(data),
+        "after the AOF's replay"
+    );
+}

@@ -169,13 +169,10 @@ pub fn set_holder_expiry(
     let kind = holders.kind();
     let hold = holders.get(token)?;
     let after = After::change(holders, true, before);
-    // The hold is propagated as it is now: with the data it keeps.
-    let kept = key
-        .holders()
-        .and_then(|h| h.data_of(token))
-        .map(Box::<[u8]>::from);
     let look = settle(key, after);
-    ffi::replicate_hold(ctx, name, kind, token, hold, kept.as_deref());
+    // With the data only when it changes: a replica keeps a grant's data through the effects
+    // of the same grant that have none (`replay_hold`), so renewals do not resend it.
+    ffi::replicate_hold(ctx, name, kind, token, hold, data);
     ffi::notify(ctx, c"lock.extended", name);
     look
 }
@@ -338,7 +335,16 @@ pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Resul
             match current_kind {
                 Some(k) if k == kind => {
                     if let Some(h) = key.holders_mut() {
-                        h.insert_with_data(token, hold, data);
+                        // No data for the same grant (a renewal, a re-grant without DATA): it
+                        // keeps what it has, as on the master (a grant's data only changes by
+                        // a re-grant with DATA).
+                        let kept = match data {
+                            None if h.get(token).is_some_and(|old| old.fence == fence) => {
+                                h.data_of(token).map(Box::<[u8]>::from)
+                            }
+                            _ => None,
+                        };
+                        h.insert_with_data(token, hold, data.or(kept.as_deref()));
                     }
                 }
                 None => {
