@@ -167,6 +167,11 @@ class Election {
     return this.isLeader ? this.hold.fence : null;
   }
 
+  /** Milliseconds left on the term's lease by the local clock; 0 when not leading (Python's lease_left). */
+  get leaseLeft() {
+    return this.isLeader ? this.hold.leaseLeft : 0;
+  }
+
   /** The latest term's lease clock: aborted (reason: a LockLostError) when leadership is lost. Null before the first term. */
   get signal() {
     return this.hold ? this.hold.signal : null;
@@ -186,7 +191,7 @@ class Election {
       hold = await this.locker.tryAcquire(
         this.name,
         this.leaseMs,
-        { wait, signal, ephemeral: true, onLost: (err, lost) => this.lost(err, lost), ...this.durable },
+        { wait, signal, ephemeral: true, onLost: (err, lost) => this.termLost(err, lost), ...this.durable },
         { args: this.data ? ["DATA", this.data] : [] },
       );
     } finally {
@@ -198,7 +203,9 @@ class Election {
     return hold.fence;
   }
 
-  lost(err, hold) {
+  // The hold of a term was lost: onLost, for the current term only. (Leadership lost is told by
+  // `signal`, Python's `lost` event; `lost` is no method here, so as not to read as that.)
+  termLost(err, hold) {
     if (hold !== this.hold) return;
     if (this.onLost) this.onLost(err, this);
   }

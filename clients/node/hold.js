@@ -26,6 +26,8 @@ class Hold {
     this.token = token;
     this.fence = fence;
     this.ttl = ttlMs;
+    /** The TTL the hold was acquired with: reacquire() resets the lease to it. */
+    this.acquiredTtl = ttlMs;
     this.released = false;
     this.lossEntry = null;
     this.renewEntry = null;
@@ -124,6 +126,16 @@ class Hold {
     this.ttl = ttlMs;
     this.setLease(sent, ttlMs);
     return this;
+  }
+
+  /** Resets the lease to the TTL it was acquired with (Python's reacquire()): extend(acquired TTL). */
+  reacquire() {
+    return this.extend(this.acquiredTtl);
+  }
+
+  /** LOCK.INFO of the hold's key, or null when nobody holds it. */
+  info() {
+    return this.locker.info(this.name);
   }
 
   /** Renews every third of `ttlMs`, a third after each renewal was sent, until release or loss. */

@@ -65,6 +65,12 @@ export interface AcquireOptions {
   /** How long each WAIT (or WAITAOF) may wait, in ms (at most the lease). Default 1000. */
   replicasTimeoutMs?: number;
   /**
+   * Renew the hold every third of its TTL until it is released or lost, as using() does (and as
+   * Python's lock without `timeout`, or with `auto_renew=True`). Default false: the hold's lease
+   * is `ttlMs`, renewed only by extend() (or renewEvery()).
+   */
+  autoRenew?: boolean;
+  /**
    * With WAITAOF: the grant is in the master's AOF on disk (needs appendonly yes). Redis 7.2+ or
    * Valkey 8+: the first acquire() that asks for it checks, and rejects with UnsupportedError
    * (nothing taken) where the server has no WAITAOF or appendonly is off.
@@ -129,6 +135,12 @@ export declare class Hold {
    * hold is gone, LockTimeoutError without an answer within `timeoutMs` (default: the lease time left, at least 1 s).
    */
   extend(ttlMs?: number, timeoutMs?: number): Promise<Hold>;
+  /** Resets the lease to the TTL it was acquired with (Python's reacquire()); rejects as extend(). */
+  reacquire(): Promise<Hold>;
+  /** Renews every third of `ttlMs` until the hold is released or lost (what `autoRenew` and using() do). */
+  renewEvery(ttlMs: number): void;
+  /** LOCK.INFO of the hold's key, or null when nobody holds it. */
+  info(): Promise<LockInfo | null>;
   /**
    * Gives the lock back: true if it was still held, false if it had been lost already.
    * LockTimeoutError without an answer within the lease time left (at least 1 s); it can be called again.
@@ -160,6 +172,12 @@ export declare class MultiHold extends Hold {
   readonly fences: bigint[];
   /** The fence of one of the keys (RangeError for a key not in the set). */
   fenceOf(name: string | Buffer): bigint;
+  /** The fence of each key, by name as given, in the order of `resources` (Python's `fences`). */
+  readonly fencesByName: Map<string | Buffer, bigint>;
+  /** LOCK.INFO of each key, in the order of `resources` (null for a key that holds no lock). */
+  info(): Promise<Array<LockInfo | null>>;
+  /** Resets every key's lease to the TTL the set was acquired with; rejects as extend(). */
+  reacquire(): Promise<MultiHold>;
   /**
    * Resets every key's lease to `ttlMs` (one LOCK.EXTEND per key, in turn). LockLostError (the
    * set signalled lost) if any key is gone; LockTimeoutError if not every key was answered within
@@ -215,6 +233,8 @@ export declare class Locker {
   ): Promise<T>;
   /** LOCK.INFO, or null when nobody holds the lock. */
   info(name: string): Promise<LockInfo | null>;
+  /** Whether anyone holds the lock, or any of the keys (a key of another type counts as held). */
+  locked(name: string | Buffer | Array<string | Buffer>): Promise<boolean>;
   /**
    * LOCK.FENCE: runs the command if `fence` is at least the gate's highest; StaleFenceError
    * otherwise. The command's reply and errors are the client library's own.
@@ -272,6 +292,8 @@ export declare class Election {
   readonly isLeader: boolean;
   /** The term this candidate leads in, or null. */
   readonly term: bigint | null;
+  /** Milliseconds left on the term's lease by the local clock; 0 when not leading. */
+  readonly leaseLeft: number;
   /** The latest term's lease clock: aborted (reason: a LockLostError) when leadership is lost. Null before the first term. */
   readonly signal: AbortSignal | null;
   /** The hold of the latest term (for hold.call()), or null before the first. */

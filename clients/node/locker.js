@@ -5,7 +5,7 @@ const { LockError, LockBusyError, LockTimeoutError } = require("./errors");
 const { Election } = require("./election");
 const multi = require("./multi");
 const { COMMAND_TIMEOUT_MS } = require("./clock");
-const { checkName, fenceArg } = require("./args");
+const { checkName, fenceArg, shown } = require("./args");
 const { isUnsupported, translateGuarded, parseInfo } = require("./replies");
 const { Connections } = require("./connections");
 const { connectorFor } = require("./drivers");
@@ -45,9 +45,17 @@ class Locker {
     return hold;
   }
 
-  /** As acquire(), but resolves to null when the lock is not granted (see acquire.js). */
-  tryAcquire(name, ttlMs, opts, extra) {
-    return tryAcquire(this, name, ttlMs, opts, extra);
+  /**
+   * As acquire(), but resolves to null when the lock is not granted (see acquire.js).
+   * `autoRenew`: the hold is renewed every third of `ttlMs` until it is released or lost, as
+   * using() renews it.
+   */
+  async tryAcquire(name, ttlMs, opts, extra) {
+    const autoRenew = opts && opts.autoRenew;
+    if (autoRenew !== undefined && typeof autoRenew !== "boolean") throw new TypeError(`autoRenew must be a boolean, not ${shown(autoRenew)}`);
+    const hold = await tryAcquire(this, name, ttlMs, opts, extra);
+    if (hold && autoRenew) hold.renewEvery(ttlMs);
+    return hold;
   }
 
   // A request for a grant, bound to a connection of its own with `ephemeral` (see acquire.js); multi.js asks through it.
@@ -90,6 +98,22 @@ class Locker {
   async info(name) {
     checkName(name);
     return parseInfo(await this.send(["LOCK.INFO", name], name, COMMAND_TIMEOUT_MS, "info"));
+  }
+
+  /**
+   * Whether anyone holds the lock `name`, or any of the keys `names` (LOCK.INFO of each); a key
+   * holding another type (a plain string) counts as held, as Python's locked() counts it.
+   */
+  async locked(name) {
+    for (const key of Array.isArray(name) ? name : [name]) {
+      try {
+        if ((await this.info(key)) !== null) return true;
+      } catch (err) {
+        if (/^WRONGTYPE/.test(String(err && err.message))) return true;
+        throw err;
+      }
+    }
+    return false;
   }
 
   /**

@@ -70,6 +70,18 @@ function makeMultiHold(tools) {
       this.fences = fences;
     }
 
+    /** The fence of each key, by name as given (a Map, in the order of `resources`). */
+    get fencesByName() {
+      return new Map(this.resources.map((name, i) => [name, this.fences[i]]));
+    }
+
+    /** LOCK.INFO of each key, in the order of `resources` (null for a key that holds no lock). */
+    async info() {
+      const found = [];
+      for (const name of this.resources) found.push(await this.locker.info(name));
+      return found;
+    }
+
     /** The fence of one of the keys. */
     fenceOf(name) {
       const i = this.resources.findIndex((n) => String(n) === String(name));

@@ -127,6 +127,37 @@ for (const lib of LIBRARIES) {
       assert.deepEqual(order, ["B", "C"]);
     });
 
+    test("a try is not granted behind a queued waiter; a short wait queues behind it", async (t) => {
+      if (!supported) return t.skip(SKIP);
+      const keys = names("try");
+      const first = await other.acquire(keys[1], 10000);
+      let got = null;
+      const waiter = locker.acquire(keys.slice(0, 2), 10000, { wait: 10000 }).then((h) => (got = h));
+      await eventually(async () => ((await info(server.port, keys[1])) || {}).waiters === 1, 5000, "the waiter queued");
+      assert.equal(await info(server.port, keys[0]), null); // keys[0] is free, but the waiter for [keys[0], keys[1]] is first
+      assert.equal(await other.tryAcquire(keys[0], 10000), null);
+      await assert.rejects(other.acquire(keys[0], 10000), LockBusyError);
+      assert.equal(await info(server.port, keys[0]), null); // the tries took nothing
+      // A shared lock: a reader's try is refused while a writer waits, though readers hold it.
+      const reader = await other.acquire(keys[2], 10000, { shared: true });
+      const writer = locker.acquire(keys[2], 10000, { wait: 10000 });
+      await eventually(async () => ((await info(server.port, keys[2])) || {}).waiters === 1, 5000, "the writer queued");
+      assert.equal(await other.tryAcquire(keys[2], 10000, { shared: true }), null);
+      await reader.release();
+      await (await writer).release();
+      // A short wait joins the queue behind the waiter and is served once it is done.
+      let behind = null;
+      const queued = other.acquire(keys[0], 10000, { wait: 10000 }).then((h) => (behind = h));
+      await eventually(async () => (await blocked("lock.acquire")) === 1, 5000, "the short wait queued");
+      await first.release();
+      await waiter;
+      assert.ok(got && behind === null);
+      await got.release();
+      await queued;
+      assert.ok(behind.fence > got.fences[0]);
+      await behind.release();
+    });
+
     test("using() renews every key; the loss of one key aborts the signal", async (t) => {
       if (!supported) return t.skip(SKIP);
       const keys = names("renew");

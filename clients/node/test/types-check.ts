@@ -1,7 +1,7 @@
 // Compiled by `npm run typecheck` (tsc --noEmit) only: index.d.ts against typical uses.
 import Redis, { Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
-import { Locker, Hold, MultiHold, CrossSlotError, Election, Leader, HolderInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
+import { Locker, Hold, MultiHold, CrossSlotError, Election, Leader, HolderInfo, LockInfo, LockBusyError, LockKindError, LockLostError, LockTimeoutError, NotReplicatedError, StaleFenceError } from "..";
 
 declare const client: Redis;
 
@@ -122,4 +122,21 @@ export async function several(locker: Locker): Promise<bigint> {
   }
   void all, maybe;
   return fences[0] + first + sum;
+}
+
+// What both languages offer: autoRenew, reacquire(), info(), locked(), fencesByName, leaseLeft.
+export async function parity(locker: Locker): Promise<bigint> {
+  const one: Hold = await locker.acquire("lock:a", 1000, { autoRenew: true });
+  const again: Hold = await one.reacquire();
+  const found: LockInfo | null = await one.info();
+  const set: MultiHold = await locker.acquire(["{acct}:a", "{acct}:b"], 1000, { autoRenew: true });
+  const infos: Array<LockInfo | null> = await set.info();
+  const byName: Map<string | Buffer, bigint> = set.fencesByName;
+  const renewed: MultiHold = await set.reacquire();
+  const held: boolean = (await locker.locked("lock:a")) || (await locker.locked(["{acct}:a", "{acct}:b"]));
+  const left: number = locker.election("election:x").leaseLeft;
+  // @ts-expect-error autoRenew is a boolean
+  await locker.acquire("lock:a", 1000, { autoRenew: 1 });
+  void again, found, infos, renewed, held, left;
+  return byName.get("{acct}:a") || 0n;
 }

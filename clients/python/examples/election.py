@@ -1,18 +1,20 @@
-"""One active scheduler among N processes: the classic job of a leader election (docs/clients.md).
+"""One active scheduler among N processes, with Election.run (docs/clients.md).
 
     python election.py        # the server on 127.0.0.1:6379, or on the port in REDIS_PORT
 
-Each scheduler campaigns; the one elected schedules jobs, writing each through a fence gate with
-its term, then resigns, and the next candidate in line takes over with a higher term. Here three
-schedulers run as threads of one process and each leads once; in production each is a process of
-its own, and leads until it stops (or dies: its connection closes and the next one leads at once).
-A write with an older term is refused at the gate. Where the server has LOCK.OBSERVE, a follower
-prints each new leader as it is elected.
+Each scheduler runs `election.run(schedule)`: it campaigns, and once elected `schedule(stop)`
+writes jobs through a fence gate with its term until `stop` is set — the moment leadership is
+lost, or when the scheduler is stopped —; then the term is resigned and the next candidate in
+line leads, with a higher term. Here three schedulers are threads of one process, queued in
+order, and stopped one after the other (a rolling restart); in production each is a process of
+its own, and one that dies is succeeded at once. A follower watches who leads (LOCK.OBSERVE),
+and sees nobody lead once the last one stopped. A write with an older term is refused at the gate.
 """
 
 import os
 import threading
-from typing import List
+import time
+from typing import Iterator, List, Optional
 
 PORT = int(os.environ.get("REDIS_PORT", "6379"))
 
@@ -20,51 +22,70 @@ import redis
 import redislock
 
 r = redis.Redis(host="127.0.0.1", port=PORT)
+NAME = "election:scheduler"
 
 
-def scheduler(name: str, jobs: int) -> int:
-    election = redislock.Election(r, "election:scheduler", lease=10, data=name)
-    gate = redislock.FenceGate(r, "gate:jobs")
-    term = election.campaign()           # waits in the server until this one leads
-    print(f"{name} leads in term {term}")
-    for n in range(jobs):
-        if not election.is_leader:       # lost (its lease clock ran out): stop at once
-            break
-        # Every write goes through the gate with the term: once a newer leader has written,
-        # a late write of this one is refused (StaleFenceError) instead of mixing in.
-        gate.call(term, "RPUSH", "jobs:queue", f"job {n} of term {term} by {name}")
-    election.resign()                    # the next candidate leads at once
-    return term
+class Scheduler:
+    """One of the N processes."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.election = redislock.Election(r, NAME, lease=10, data=name)
+        self.gate = redislock.FenceGate(r, "gate:jobs")
+        self.worked = threading.Event()
+        self.term = 0
+        self.thread = threading.Thread(target=self.election.run, args=(self.schedule,),
+                                       kwargs={"on_elected": self.elected})
+
+    def elected(self, term: int) -> None:
+        self.term = term
+        print(f"{self.name} leads in term {term}")
+
+    def schedule(self, stop: threading.Event) -> None:
+        """Called once elected; `stop` is set the moment leadership is lost (or run is stopped),
+        before the term is resigned. When this returns, the term is resigned."""
+        term = self.term
+        for n in range(2):
+            if stop.is_set():              # lost: stop at once
+                return
+            # Every write goes through the gate with the term: once a newer leader has written,
+            # a late write of this one is refused (StaleFenceError) instead of mixing in.
+            self.gate.call(term, "RPUSH", "jobs:queue", f"job {n} of term {term} by {self.name}")
+        self.worked.set()
+        stop.wait()                        # leads until lost or stopped
 
 
-def follow() -> None:
-    """A follower's view: who leads, as soon as it changes (LOCK.OBSERVE)."""
-    for leader in redislock.Election(r, "election:scheduler").observe():
-        if leader is None:               # resigned, and no candidate waiting
-            print("nobody leads")
-        else:
-            print(f"now leading: {leader.data!r} in term {leader.term}")
+def queued() -> int:
+    """How many candidates wait (LOCK.INFO's waiters)."""
+    info = redislock.Lock(r, NAME).info()
+    return 0 if info is None else int(info["waiters"])
 
 
-if redislock.supports(r, "LOCK.OBSERVE"):
-    threading.Thread(target=follow, daemon=True).start()
+schedulers = [Scheduler(f"scheduler-{i}") for i in range(3)]
+for i, s in enumerate(schedulers):          # started in order, each queued behind the ones before
+    s.thread.start()
+    if i == 0:
+        s.worked.wait()                    # the first one leads
+    else:
+        while queued() < i:                # the others wait in the server, in order
+            time.sleep(0.01)
 
+follower: Iterator[Optional[redislock.Leader]] = redislock.Election(r, NAME).observe()
 terms: List[int] = []
-schedulers = [
-    threading.Thread(target=lambda i=i: terms.append(scheduler(f"scheduler-{i}", 2))) for i in range(3)
-]
-for t in schedulers:
-    t.start()
-for t in schedulers:
-    t.join()
+for s in schedulers:
+    s.worked.wait()
+    leader = next(follower)                # waits in the server for the next leader
+    assert leader is not None and leader.data is not None
+    print(f"a follower sees {leader.data.decode()} leading in term {leader.term}")
+    terms.append(leader.term)
+    s.election.stop()                      # shutting down: its term resigned, the next one leads
+    s.thread.join()
+print("a follower sees", next(follower))   # None: nobody leads after the last one stopped
 
-jobs = r.lrange("jobs:queue", 0, -1)
-print(jobs)
-written = [int(job.split()[4]) for job in jobs]   # "job N of term T by NAME"
-assert written == sorted(written) and set(written) == set(terms), jobs   # one leader after the other
+for job in r.lrange("jobs:queue", 0, -1):
+    print(os.fsdecode(job))                # bytes to str
 try:
-    redislock.FenceGate(r, "gate:jobs").call(min(terms), "RPUSH", "jobs:queue", "late write")
+    redislock.FenceGate(r, "gate:jobs").call(terms[0], "RPUSH", "jobs:queue", "late write")
 except redislock.StaleFenceError as err:
     print("a deposed leader's write is refused:", err)
-assert redislock.Election(r, "election:scheduler").leader() is None   # nobody leads now
 r.delete("gate:jobs", "jobs:queue")

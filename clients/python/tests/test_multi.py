@@ -139,6 +139,49 @@ def test_waits_are_served_in_order_on_every_key(r: redis.Redis, server: Server, 
     assert order == ["B", "C"]
 
 
+def test_a_try_is_not_granted_behind_a_queued_waiter(r: redis.Redis, server: Server, front: Front) -> None:
+    """First come, first served: a try (``blocking=False``) of a key that is free, or has room
+    for it, is refused while an earlier request waits for that key; a short wait queues behind
+    it instead, and is served after it."""
+    first = redislock.Lock(r, NAMES[1], timeout=10)
+    assert first.acquire()
+    waiter = multi(front, front.client(), NAMES[:2], lease=10)
+    got: List[bool] = []
+    waiting = threading.Thread(target=lambda: got.append(waiter.acquire(blocking_timeout=10)))
+    waiting.start()
+    wait_for(lambda: waiters(r, NAMES[1]) == 1)
+    assert info(r, NAMES[0]) is None  # alice is free, but the waiter for [alice, bob] is first
+    poller = front.lock(front.client(), NAMES[0], timeout=10, thread_local=False)
+    assert poller.acquire(blocking=False) is False
+    assert poller.acquire(blocking_timeout=0) is False
+    assert info(r, NAMES[0]) is None  # the tries took nothing
+    # A shared lock: a reader's try is refused while a writer waits, though readers hold it.
+    reader = front.lock(front.client(), NAMES[2], timeout=10, shared=True)
+    assert reader.acquire(blocking=False)
+    writer = redislock.Lock(server.client(), NAMES[2], timeout=10, thread_local=False)
+    wrote: List[bool] = []
+    writing = threading.Thread(target=lambda: wrote.append(writer.acquire(blocking_timeout=10)))
+    writing.start()
+    wait_for(lambda: waiters(r, NAMES[2]) == 1)
+    assert front.lock(front.client(), NAMES[2], timeout=10, shared=True).acquire(blocking=False) is False
+    reader.release()
+    writing.join(10)
+    assert wrote == [True]
+    writer.release()
+    # A short wait joins the queue behind the waiter and is served once it is done.
+    behind: List[bool] = []
+    queued = threading.Thread(target=lambda: behind.append(poller.acquire(blocking_timeout=10)))
+    queued.start()
+    wait_for(lambda: blocked(r, "lock.acquire") == 1)  # LOCK.INFO shows no holder of alice
+    first.release()
+    waiting.join(10)
+    assert got == [True] and behind == []
+    waiter.release()
+    queued.join(10)
+    assert behind == [True]
+    poller.release()
+
+
 def test_auto_renew_keeps_every_key(r: redis.Redis, front: Front) -> None:
     lost = threading.Event()
     lock = multi(front, front.client(), NAMES, lease=0.45, on_lost=lambda _: lost.set())

@@ -13,7 +13,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
 from ._aowned import AsyncOwned, acarrier, aowned_for
-from ._common import Number
+from ._common import LockInfo, Number
 from ._flow import Flow, Request, Send, adrive
 from ._link import asend
 from ._mbase import MultiLockBase
@@ -58,9 +58,25 @@ class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisC
         """As ``redislock.MultiLock.release``."""
         return await self._drive(self._release())
 
-    def owned(self) -> bool:
-        """Held, by the local lease clock (no I/O)."""
-        return self.lease_left > 0
+    async def owned(self) -> bool:
+        """As ``redislock.MultiLock.owned``: asks the server."""
+        return await self._drive(self._owned())
+
+    async def locked(self) -> bool:
+        """As ``redislock.MultiLock.locked``."""
+        return await self._drive(self._locked())
+
+    async def info(self) -> Dict[Name, Optional[LockInfo]]:
+        """As ``redislock.MultiLock.info``."""
+        return await self._drive(self._info())
+
+    async def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """As ``redislock.MultiLock.extend``."""
+        return await self._drive(self._extend(additional_time, replace_ttl))
+
+    async def reacquire(self) -> bool:
+        """As ``redislock.MultiLock.reacquire``."""
+        return await self._drive(self._reacquire())
 
     async def _carry(self, request: Request) -> Any:
         if isinstance(request, RenewAll):

@@ -16,6 +16,8 @@ from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._durable import Durability
 from ._flow import Flow
 from ._lease import Hold
+from ._common import LockInfo
+from ._mops import extend_all, info_all, locked_any, owned_all, reacquire_all
 from ._multi import MultiHold, MultiSpec, Name, acquire_all, check_names, cluster_slot, label, release_all
 
 C = TypeVar("C")
@@ -107,6 +109,20 @@ class MultiLockBase(Generic[C]):
         hold = self._held()
         return None if hold is None else dict(zip(self.names, hold.fences))
 
+    def fence_of(self, name: Name) -> Optional[int]:
+        """The fence of one key of the grant, named as given (None when not held);
+        ``KeyError`` for a name that is not one of the keys."""
+        if name not in self.names:
+            raise KeyError(f"{name!r} is not one of {label(self.names)}")
+        fences = self.fences
+        return None if fences is None else fences[name]
+
+    @property
+    def fence_list(self) -> Optional[List[int]]:
+        """The fencing token of each key, in the order of ``names`` (None when not held)."""
+        hold = self._held()
+        return None if hold is None else list(hold.fences)
+
     @property
     def lease_left(self) -> float:
         """Seconds left on the set's conservative local lease clock (0 when not held)."""
@@ -148,6 +164,21 @@ class MultiLockBase(Generic[C]):
         self.lost.clear()
         self._schedule(hold)
         return True
+
+    def _info(self) -> Flow[Dict[Name, Optional[LockInfo]]]:
+        return info_all(self.names)
+
+    def _locked(self) -> Flow[bool]:
+        return locked_any(self.names)
+
+    def _owned(self) -> Flow[bool]:
+        return owned_all(self._held())
+
+    def _extend(self, additional_time: Number, replace_ttl: bool) -> Flow[bool]:
+        return extend_all(self._spec, self._held(), bool(self.timeout), additional_time, replace_ttl, self._forget)
+
+    def _reacquire(self) -> Flow[bool]:
+        return reacquire_all(self._spec, self._held(), bool(self.timeout))
 
     def _forget(self) -> None:
         hold = self._hold

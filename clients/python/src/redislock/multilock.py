@@ -11,7 +11,7 @@ import redis as redis_py
 from redis.crc import key_slot
 
 from ._base import logger
-from ._common import Number
+from ._common import LockInfo, Number
 from ._lease import Hold
 from ._flow import Flow, Request, Send, drive
 from ._link import link_for, send
@@ -82,8 +82,28 @@ class MultiLock(MultiLockBase[Union[redis_py.Redis, redis_py.RedisCluster]]):
         return self._drive(self._release())
 
     def owned(self) -> bool:
-        """Held, by the local lease clock (no I/O)."""
-        return self.lease_left > 0
+        """Every key still has this hold (its token among the holders, with the grant's fence),
+        as the server says (``LOCK.INFO`` of each key); False without asking once the lease
+        clock ran out."""
+        return self._drive(self._owned())
+
+    def locked(self) -> bool:
+        """Any of the keys is held by anyone."""
+        return self._drive(self._locked())
+
+    def info(self) -> Dict[Name, Optional[LockInfo]]:
+        """``LOCK.INFO`` of each key, by name as given (None for a key that holds no lock)."""
+        return self._drive(self._info())
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> bool:
+        """Every key to one new time to live: the least time any key has left plus
+        ``additional_time`` seconds (with ``replace_ttl``: ``additional_time``). ``LockError``
+        when not held or without ``timeout``; ``LockNotOwnedError`` when a key is gone."""
+        return self._drive(self._extend(additional_time, replace_ttl))
+
+    def reacquire(self) -> bool:
+        """Every key back to ``timeout``; errors as ``extend``."""
+        return self._drive(self._reacquire())
 
     # -- I/O ----------------------------------------------------------------------------------
 
