@@ -89,7 +89,21 @@ fn cases() -> Vec<(redis::Cmd, String)> {
         ),
         (
             rcmd!("LOCK.OBSERVE", "k", "WAIT", 10),
-            "ERR syntax error: unknown option 'WAIT' (LOCK.OBSERVE takes AFTER and BLOCK)".into(),
+            "ERR syntax error: unknown option 'WAIT' (LOCK.OBSERVE takes AFTER, SEEN and BLOCK)"
+                .into(),
+        ),
+        (
+            rcmd!("LOCK.OBSERVE", "k", "AFTER", 1, "SEEN"),
+            "ERR syntax error: option SEEN needs a value".into(),
+        ),
+        (
+            rcmd!("LOCK.OBSERVE", "k", "SEEN", "a", "AFTER", 1, "seen", "b"),
+            "ERR syntax error: option SEEN given more than once".into(),
+        ),
+        (
+            rcmd!("LOCK.OBSERVE", "k", "AFTER", 1, "SEEN", "x".repeat(4097)),
+            "ERR invalid SEEN data: must be at most 4096 bytes (empty: the holder had no data)"
+                .into(),
         ),
     ]
 }

@@ -10,14 +10,17 @@
 // lost or resigned, that connection is closed.
 //
 // Observation is decided in `Observation` (no I/O): the first LOCK.OBSERVE asks for the current
-// holder, each later one waits in the server AFTER the fence last seen (a change made while the
-// observer was away or reconnecting is answered at once); a holder is given out only when its
-// fence is above every term given out before (never an older term), and "nobody leads" (null)
-// when the key is free ([0, nil]) after a leader was given out, once per vacancy.
+// holder, each later one waits in the server AFTER the fence last seen and SEEN the data seen
+// with it (a change made while the observer was away or reconnecting is answered at once); a
+// holder is given out when its fence is above every term given out before (never an older term),
+// or when it is the term given out last with other data (a value proclaimed: proclaim.js), and
+// "nobody leads" (null) when the key is free ([0, nil]) after a leader was given out, once per
+// vacancy.
 "use strict";
 
 const { LockError, UnsupportedError } = require("./errors");
 const { Run } = require("./run");
+const { proclaim } = require("./proclaim");
 
 /** The lease of a term unless the election is given another (ms): a leader cut off from the server is succeeded within it. */
 const DEFAULT_LEASE_MS = 10000;
@@ -48,47 +51,65 @@ function dataArg(data) {
   return value;
 }
 
+const toData = (v) => (v === undefined || v === null ? null : Buffer.isBuffer(v) ? v : Buffer.from(String(v)));
+const sameData = (a, b) => (a === null || b === null ? a === b : a.equals(b));
+
 /**
- * Where one observer stands: the fence last seen (sent as AFTER), the highest term given out,
- * whether the last thing given out was a leader (a vacancy is given out once, after a leader),
+ * Where one observer stands: the holder last seen (its fence, sent as AFTER, and its data, sent as
+ * SEEN: empty for none), the leader given out last (term and data), whether the last thing given
+ * out was a leader (a vacancy is given out once, after a leader), whether the server takes SEEN,
  * its failures in a row.
  */
 class Observation {
   constructor(blockMs = OBSERVE_BLOCK_MS) {
     this.blockMs = blockMs;
     this.seen = null;
+    this.seenData = null;
     this.last = 0n;
+    this.lastData = null;
     this.leading = false;
+    this.withSeen = true;
     this.failures = 0;
   }
 
-  /** The first: the current holder, at once. Then: a wait in the server until the holder differs from the one last seen. */
+  /** The first: the current holder, at once. Then: a wait in the server until the holder differs from the one last seen (its fence or its data). */
   args(name) {
     if (this.seen === null) return ["LOCK.OBSERVE", name];
-    return ["LOCK.OBSERVE", name, "AFTER", this.seen.toString(), "BLOCK", this.blockMs];
+    const seen = this.withSeen ? ["SEEN", this.seenData || ""] : [];
+    return ["LOCK.OBSERVE", name, "AFTER", this.seen.toString(), ...seen, "BLOCK", this.blockMs];
   }
 
   /**
-   * What to give out: a new leader ({ term, data }); null, a vacancy (nobody holds the key, [0,
-   * nil], and the last thing given out was a leader); or undefined, nothing: the wait ended
-   * without a change (nil), the key is still free, or the fence is not above the last term given out.
+   * What to give out: a new leader ({ term, data }), or the leader given out last with new data (a
+   * value proclaimed); null, a vacancy (nobody holds the key, [0, nil], and the last thing given
+   * out was a leader); or undefined, nothing: the wait ended without a change (nil), the key is
+   * still free, the fence is below the last term given out, or it is that term with its data given out already.
    */
   answer(reply) {
     this.failures = 0;
     if (reply === null || reply === undefined) return undefined;
     if (!Array.isArray(reply) || reply.length !== 2) throw new LockError(`unexpected LOCK.OBSERVE reply: ${reply}`);
     const fence = BigInt(String(reply[0]));
+    const data = toData(reply[1]);
     this.seen = fence;
+    this.seenData = data;
     if (fence === 0n) {
       if (!this.leading) return undefined;
       this.leading = false;
       return null;
     }
-    if (fence <= this.last) return undefined;
+    if (fence < this.last || (fence === this.last && (!this.leading || sameData(data, this.lastData)))) return undefined;
     this.last = fence;
+    this.lastData = data;
     this.leading = true;
-    const data = reply[1];
-    return { term: fence, data: data === null || data === undefined ? null : Buffer.isBuffer(data) ? data : Buffer.from(String(data)) };
+    return { term: fence, data };
+  }
+
+  /** A server whose LOCK.OBSERVE does not know SEEN (an older redislock): observed by fence alone from now on. True if so. */
+  refusedSeen(message) {
+    if (!this.withSeen || !/unknown option 'SEEN'/.test(message)) return false;
+    this.withSeen = false;
+    return true;
   }
 
   /** The pause before trying again after a failure (ms). */
@@ -111,7 +132,6 @@ function pairs(reply) {
 function leaderOf(reply) {
   if (reply === null || reply === undefined) return null;
   const fields = new Map(pairs(reply));
-  const toData = (v) => (v === undefined || v === null ? null : Buffer.isBuffer(v) ? v : Buffer.from(String(v)));
   if (fields.has("fence") && fields.has("token")) return { term: BigInt(String(fields.get("fence"))), data: toData(fields.get("data")) };
   let top = null;
   for (const h of fields.get("holders") || []) {
@@ -223,6 +243,15 @@ class Election {
   }
 
   /**
+   * The leader's data becomes `data` in the same term (LOCK.ACQUIRE with the term's token and the
+   * new DATA, on the term's connection: a re-grant, its lease renewed); observers see the new value
+   * and later campaigns send it. LockLostError if this candidate does not lead. See proclaim.js.
+   */
+  async proclaim(data) {
+    return proclaim(this, dataArg(data));
+  }
+
+  /**
    * Campaigns; once elected calls onElected(term), then fn(signal): `signal` aborts the moment
    * leadership is lost (with the term's LockLostError), when the run is stopped, and when fn's
    * promise settles — always before the term is resigned, so the next leader starts after it.
@@ -317,10 +346,12 @@ class Election {
 
   /**
    * Each new leader as it is granted, { term, data }: the current one first (if any), then every
-   * later one, terms strictly increasing; null when, after a leader, nobody leads (a resignation
+   * later one, terms strictly increasing; the same term again with its new data when the leader
+   * proclaims a value (the latest: values proclaimed while the observer was away are not
+   * replayed); null when, after a leader, nobody leads (a resignation
    * or a lease run out with no candidate waiting), once per vacancy. A handoff to a waiting
    * candidate is one change: no null between. A connection that fails
-   * is opened again and the wait re-armed AFTER the fence last seen. Ends when `signal` aborts
+   * is opened again and the wait re-armed AFTER the fence (and SEEN the data) last seen. Ends when `signal` aborts
    * (rejecting with its reason) or the locker quits (LockError); UnsupportedError on a server
    * without LOCK.OBSERVE.
    */
@@ -341,6 +372,7 @@ class Election {
         if (signal && signal.aborted) throw t.abortReason(signal);
         if (this.locker.closed) throw new LockError("the locker was closed (quit) during the observation", this.name);
         if (t.isReply(err)) {
+          if (observation.refusedSeen(err.message)) continue;
           if (t.isUnsupported(err)) throw new UnsupportedError(`observe is not supported by this server: ${err.message}`, this.name);
           if (!NOT_NOW.test(err.message)) throw err;
         }

@@ -286,7 +286,7 @@ export interface Leader {
 export declare class Election {
   readonly name: string | Buffer;
   readonly leaseMs: number;
-  /** The candidate's data, as sent. */
+  /** The candidate's data, as sent (the value last proclaimed, once it proclaimed one). */
   readonly data: Buffer | null;
   /** This candidate leads: its term was granted, not resigned, and its lease clock has not run out. */
   readonly isLeader: boolean;
@@ -309,11 +309,19 @@ export declare class Election {
   campaign(opts: { signal?: AbortSignal; wait: number }): Promise<bigint | null>;
   /** Ends the term: true if this candidate still led, false if it did not lead or its term was lost. */
   resign(): Promise<boolean>;
+  /**
+   * The leader's data becomes `data` (1 to 4096 bytes) in the same term: a re-grant with the term's
+   * token and the new DATA on the term's connection, which renews the lease too. Every observer sees
+   * it ({ term, data }: the same term, the new data), and later campaigns send it. Rejects with
+   * LockLostError if this candidate does not lead (never elected, resigned, or the term lost).
+   */
+  proclaim(data: string | Buffer): Promise<void>;
   /** Who leads now (LOCK.INFO), or null when nobody does. */
   leader(): Promise<Leader | null>;
   /**
-   * Each new leader as it is granted (LOCK.OBSERVE … AFTER … BLOCK): the current one first, then every
-   * later one, terms strictly increasing, through reconnects; null when, after a leader, nobody
+   * Each new leader as it is granted (LOCK.OBSERVE … AFTER … SEEN … BLOCK): the current one first, then every
+   * later one, terms strictly increasing, through reconnects; the same term again with its new data
+   * each time the leader proclaims a value (the latest one after a reconnect); null when, after a leader, nobody
    * leads (a resignation or a lease run out with no candidate waiting), once per vacancy. Rejects with the signal's reason when
    * `signal` aborts, with LockError when the locker quits, with UnsupportedError on a server without LOCK.OBSERVE.
    */

@@ -47,6 +47,8 @@ pub enum LockError {
     InvalidEpoch,
     /// An `AFTER` fence that is not a non-negative integer.
     InvalidAfter,
+    /// `SEEN` data longer than a hold's `DATA` can be.
+    InvalidSeen,
     /// A token that is empty or longer than the limit.
     InvalidToken,
     /// The key holds a value of another type.
@@ -133,6 +135,7 @@ impl fmt::Display for LockError {
             InvalidFence => write!(f, "ERR invalid fence: must be a positive integer of at most {}", i64::MAX),
             InvalidEpoch => f.write_str("ERR invalid epoch: must be a non-negative integer"),
             InvalidAfter => write!(f, "ERR invalid AFTER fence: must be 0 (no holder) or a positive integer of at most {}", i64::MAX),
+            InvalidSeen => write!(f, "ERR invalid SEEN data: must be at most {MAX_DATA_LEN} bytes (empty: the holder had no data)"),
             InvalidToken => write!(f, "ERR invalid token: must be 1 to {} bytes", MAX_TOKEN_LEN),
             WrongType => f.write_str("WRONGTYPE Operation against a key holding the wrong kind of value"),
             FenceExhausted => f.write_str("ERR fencing tokens exhausted on this server"),
@@ -196,7 +199,7 @@ impl Grammar {
             Grammar::Acquire => "EX, PX, SHARED, LIMIT, EPHEMERAL, BLOCK and DATA",
             Grammar::AcquireAll => "EX, PX, SHARED, EPHEMERAL, BLOCK and DATA",
             Grammar::Extend => "EX or PX",
-            Grammar::Observe => "AFTER and BLOCK",
+            Grammar::Observe => "AFTER, SEEN and BLOCK",
             Grammar::Apply => "DATA",
             Grammar::Hold => "SHARED or LIMIT, and DATA",
         }
@@ -238,6 +241,7 @@ mod tests {
             LockError::InvalidFence,
             LockError::InvalidEpoch,
             LockError::InvalidAfter,
+            LockError::InvalidSeen,
             LockError::InvalidToken,
             LockError::FenceExhausted,
             LockError::InternalCommand,

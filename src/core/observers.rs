@@ -1,6 +1,6 @@
-//! Clients observing locks (`LOCK.OBSERVE … AFTER fence BLOCK timeout`):
-//! who watches which lock and the fence each saw last, the locks to look
-//! at again, and the observers woken whose answer is still to be sent.
+//! Clients observing locks (`LOCK.OBSERVE … AFTER fence [SEEN data] BLOCK
+//! timeout`): who watches which lock and what each saw last, the locks to
+//! look at again, and the observers woken whose answer is still to be sent.
 //!
 //! Only bookkeeping, as `waiters` is: the Redis layer blocks and unblocks
 //! the clients and reads the locks. Observers are no waiters: they stand in
@@ -11,12 +11,13 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hash};
 
+use super::args::observe::Saw;
 use super::waiters::{give_back_room, IdHasher};
 
 /// Where an observer stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stage<A> {
-    /// Watching its lock for a fence other than the one it saw.
+    /// Watching its lock for a holder other than the one it saw.
     Watching,
     /// Woken with this answer (`None`: its time ran out), not yet sent.
     Woken(Option<A>),
@@ -28,12 +29,12 @@ impl<A> Stage<A> {
     }
 }
 
-/// One observer: the lock it watches, the fence it saw (`AFTER`), what the
-/// caller keeps with it (the blocked client), and where it stands.
+/// One observer: the lock it watches, what it saw (`AFTER`, `SEEN`), what
+/// the caller keeps with it (the blocked client), and where it stands.
 #[derive(Debug)]
 pub struct Observer<K, R, A> {
     pub lock: K,
-    pub after: u64,
+    pub saw: Saw,
     pub value: R,
     pub stage: Stage<A>,
 }
@@ -85,15 +86,15 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, A: Clone> Observers<I, K, R, 
         self.by_lock.get(lock).map_or(0, HashSet::len)
     }
 
-    /// Adds an observer of `lock` that saw `after`. An id still known is
+    /// Adds an observer of `lock` that saw `saw`. An id still known is
     /// replaced.
-    pub fn add(&mut self, id: I, lock: K, after: u64, value: R) {
+    pub fn add(&mut self, id: I, lock: K, saw: Saw, value: R) {
         self.remove(id);
         self.by_lock.entry(lock.clone()).or_default().insert(id);
         let stage = Stage::Watching;
         let observer = Observer {
             lock,
-            after,
+            saw,
             value,
             stage,
         };
@@ -170,11 +171,12 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, A: Clone> Observers<I, K, R, 
         !self.dirty.is_empty() || !self.woken.is_empty()
     }
 
-    /// The fence of `lock` is now `fence`: every observer that saw another
-    /// is woken with `answer`. With `fence` `None` (the key can no longer
-    /// be observed: another type, another node) every observer is. Returns
-    /// how many were woken.
-    pub fn wake(&mut self, lock: &K, fence: Option<u64>, answer: &A) -> usize {
+    /// The holder of `lock` is now `holder` (fence and data): every
+    /// observer to whom that is news (`Saw::differs`) is woken with
+    /// `answer`. With `holder` `None` (the key can no longer be observed:
+    /// another type, another node) every observer is. Returns how many
+    /// were woken.
+    pub fn wake(&mut self, lock: &K, holder: Option<(u64, Option<&[u8]>)>, answer: &A) -> usize {
         let Some(ids) = self.by_lock.get_mut(lock) else {
             return 0;
         };
@@ -184,7 +186,7 @@ impl<I: Hash + Eq + Copy, K: Hash + Eq + Clone, R, A: Clone> Observers<I, K, R, 
             let Some(o) = observers.get_mut(id) else {
                 return false;
             };
-            if fence == Some(o.after) {
+            if holder.is_some_and(|(fence, data)| !o.saw.differs(fence, data)) {
                 return true;
             }
             o.stage = Stage::Woken(Some(answer.clone()));
@@ -259,15 +261,15 @@ mod tests {
     fn a_change_wakes_those_who_saw_another_fence() {
         let mut o = O::default();
         assert!(o.is_empty());
-        o.add(1, "a", 5, ());
-        o.add(2, "a", 7, ());
-        o.add(3, "b", 5, ());
+        o.add(1, "a", Saw::fence(5), ());
+        o.add(2, "a", Saw::fence(7), ());
+        o.add(3, "b", Saw::fence(5), ());
         assert_eq!((o.total(), o.watching(&"a"), o.watching(&"b")), (3, 2, 1));
-        assert_eq!(o.wake(&"a", Some(7), &70), 1);
+        assert_eq!(o.wake(&"a", Some((7, None)), &70), 1);
         assert_eq!(woken(&mut o), [(1, Some(70))]);
         assert_eq!((o.total(), o.watching(&"a")), (2, 1));
-        assert_eq!(o.wake(&"a", Some(7), &71), 0, "2 saw 7 already");
-        assert_eq!(o.wake(&"a", Some(0), &0), 1);
+        assert_eq!(o.wake(&"a", Some((7, None)), &71), 0, "2 saw 7 already");
+        assert_eq!(o.wake(&"a", Some((0, None)), &0), 1);
         assert_eq!(woken(&mut o), [(2, Some(0))]);
         assert_eq!(o.watching(&"a"), 0);
         assert_eq!(o.wake(&"b", None, &9), 1, "a refusal wakes everyone");
@@ -279,9 +281,9 @@ mod tests {
     fn marks_are_kept_once_and_only_for_watched_locks() {
         let mut o = O::default();
         assert!(!o.mark(&"a"), "nobody watches a");
-        o.add(1, "a", 0, ());
-        o.add(2, "b", 0, ());
-        o.add(3, "c", 0, ());
+        o.add(1, "a", Saw::fence(0), ());
+        o.add(2, "b", Saw::fence(0), ());
+        o.add(3, "c", Saw::fence(0), ());
         assert!(o.mark(&"b"));
         assert!(!o.mark(&"b"));
         assert!(o.mark(&"a"));
@@ -299,14 +301,14 @@ mod tests {
     #[test]
     fn leaving_is_cheap_and_complete_at_every_stage() {
         let mut o = O::default();
-        o.add(1, "a", 1, ());
-        o.add(2, "a", 1, ());
-        o.add(3, "a", 1, ());
+        o.add(1, "a", Saw::fence(1), ());
+        o.add(2, "a", Saw::fence(1), ());
+        o.add(3, "a", Saw::fence(1), ());
         // Watching: gone from its lock.
         assert_eq!(o.remove(2).map(|x| x.stage), Some(Stage::Watching));
         assert_eq!(o.watching(&"a"), 2);
         // Woken, its answer not sent: never answered.
-        assert_eq!(o.wake(&"a", Some(2), &20), 2);
+        assert_eq!(o.wake(&"a", Some((2, None)), &20), 2);
         assert!(o.remove(1).is_some());
         assert_eq!(woken(&mut o), [(3, Some(20))]);
         assert!(o.remove(1).is_none());
@@ -317,12 +319,12 @@ mod tests {
     #[test]
     fn time_outs_are_answered_with_nothing_once() {
         let mut o = O::default();
-        o.add(1, "a", 1, ());
-        o.add(2, "a", 1, ());
+        o.add(1, "a", Saw::fence(1), ());
+        o.add(2, "a", Saw::fence(1), ());
         assert!(o.time_out(1));
         assert!(!o.time_out(1));
         assert_eq!(o.watching(&"a"), 1);
-        assert_eq!(o.wake(&"a", Some(2), &20), 1, "1 no longer watches");
+        assert_eq!(o.wake(&"a", Some((2, None)), &20), 1, "1 no longer watches");
         assert!(!o.time_out(2), "woken already");
         assert_eq!(woken(&mut o), [(1, None), (2, Some(20))]);
     }
@@ -330,15 +332,15 @@ mod tests {
     #[test]
     fn a_reused_id_starts_afresh_and_is_not_answered_for_its_past() {
         let mut o = O::default();
-        o.add(1, "a", 1, ());
-        assert_eq!(o.wake(&"a", Some(2), &20), 1);
+        o.add(1, "a", Saw::fence(1), ());
+        assert_eq!(o.wake(&"a", Some((2, None)), &20), 1);
         // Gone before its answer went out, and back as a new observer.
         o.remove(1);
-        o.add(1, "b", 4, ());
+        o.add(1, "b", Saw::fence(4), ());
         assert_eq!(o.next_woken(), None, "the old wake is passed over");
         assert_eq!(o.watching(&"b"), 1);
-        assert_eq!(o.get(1).map(|x| x.after), Some(4));
-        o.add(1, "c", 6, ());
+        assert_eq!(o.get(1).map(|x| x.saw.fence), Some(4));
+        o.add(1, "c", Saw::fence(6), ());
         assert_eq!((o.watching(&"b"), o.watching(&"c"), o.total()), (0, 1, 1));
     }
 
@@ -346,9 +348,9 @@ mod tests {
     fn a_burst_is_answered_in_order_and_gives_its_room_back() {
         let mut o = Observers::<u32, u32, (), u64>::default();
         for id in 0..20_000 {
-            o.add(id, id % 2, 1, ());
+            o.add(id, id % 2, Saw::fence(1), ());
         }
-        assert_eq!(o.wake(&0, Some(3), &3), 10_000);
+        assert_eq!(o.wake(&0, Some((3, None)), &3), 10_000);
         let grown = o.observers.capacity();
         let mut answered = 0;
         while let Some(id) = o.next_woken() {

@@ -248,11 +248,11 @@ pub fn info(call: &Call) -> Reply {
     }
 }
 
-/// `LOCK.OBSERVE key [AFTER fence] [BLOCK timeout]`: `[fence, data]` of
-/// the key's holder (of its live holder with the highest fence for shared
-/// locks and semaphores), `[0, nil]` without one. With `AFTER` a fence
-/// equal to the current one answers nil, or with `BLOCK` waits until it
-/// differs.
+/// `LOCK.OBSERVE key [AFTER fence] [SEEN data] [BLOCK timeout]`:
+/// `[fence, data]` of the key's holder (of its live holder with the highest
+/// fence for shared locks and semaphores), `[0, nil]` without one. With
+/// `AFTER` a holder the caller saw already (the same fence, and with `SEEN`
+/// the same data) answers nil, or with `BLOCK` waits until that differs.
 pub fn observe(call: &Call) -> Reply {
     let (ctx, argv) = (call.ctx, call.argv);
     let req = args::observe::parse(argv)?;
@@ -261,17 +261,17 @@ pub fn observe(call: &Call) -> Reply {
     let now = ffi::now_ms();
     let h = held(&key)?;
     let (fence, data) = h.observed(now);
-    match req.after {
-        Some(after) if after == fence => {}
+    let saw = match req.saw() {
+        Some(saw) if !saw.differs(fence, data) => saw,
         _ => return Ok(reply::observed(ctx, fence, data)),
-    }
+    };
     let Some(timeout) = req.block_ms.filter(|_| ffi::may_block(call.flags())) else {
         return Ok(RedisValue::Null);
     };
     let ends = h.next_change(&key);
     drop(key);
     let timeout = settings::block_timeout(timeout, config::max_block_ms());
-    match locks::observe(ctx, name, fence, timeout, ends) {
+    match locks::observe(ctx, name, saw, timeout, ends) {
         true => Ok(RedisValue::NoReply),
         false => Ok(RedisValue::Null),
     }

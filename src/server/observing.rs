@@ -1,12 +1,12 @@
-//! `LOCK.OBSERVE … AFTER fence BLOCK timeout`: clients waiting in the
-//! server for a lock's holder to change — the registry (the core's
+//! `LOCK.OBSERVE … AFTER fence [SEEN data] BLOCK timeout`: clients waiting
+//! in the server for a lock's holder to change — the registry (the core's
 //! `Observers`), the blocked clients, their deadlines and their answers.
 //!
 //! Observers are not waiters: they stand in no lock's queue, hold no grant
 //! back, and only read. The lock-lifecycle layer marks the locks that
 //! changed (`changed`), and from the scheduler's pass reads each marked
 //! lock once and hands what it saw to `settle`, which wakes the observers
-//! that saw another fence. Woken observers are unblocked a slice at a time
+//! to whom it is news (another fence; with `SEEN`, other data). Woken observers are unblocked a slice at a time
 //! (`unblock_some`): each unblock costs the server a reply callback and a
 //! write to the client's socket, which the module's clock never sees, so a
 //! pass unblocks a bounded number of them. Reads and answers go on whatever
@@ -28,6 +28,7 @@ use std::rc::Rc;
 
 use redis_module::{raw, Context, RedisString};
 
+use crate::core::args::observe::Saw;
 use crate::core::errors::LockError;
 use crate::core::observers::{Observers, Stage};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
@@ -49,10 +50,10 @@ pub enum Seen {
 }
 
 impl Seen {
-    /// The fence observers compare with what they saw, if any.
-    fn fence(&self) -> Option<u64> {
+    /// The holder observers compare with what they saw, if any.
+    fn holder(&self) -> Option<(u64, Option<&[u8]>)> {
         match self {
-            Seen::Holder { fence, .. } => Some(*fence),
+            Seen::Holder { fence, data } => Some((*fence, data.as_deref())),
             Seen::Refused(_) | Seen::Redirected => None,
         }
     }
@@ -95,10 +96,10 @@ pub fn count_of(id: &LockId) -> usize {
 }
 
 /// Blocks the calling client on the key `name` (the lock `id`) until the
-/// fence of `id` is no longer `after`, or `timeout_ms` passes (0: no
+/// holder of `id` differs from `saw`, or `timeout_ms` passes (0: no
 /// limit). False if Redis could not block the client.
 #[must_use]
-pub fn block(ctx: &Context, name: &RedisString, id: LockId, after: u64, timeout_ms: u64) -> bool {
+pub fn block(ctx: &Context, name: &RedisString, id: LockId, saw: Saw, timeout_ms: u64) -> bool {
     let Some(client) = ffi::block_client_on_key(ctx, name, on_ready, on_unblock, on_disconnect)
     else {
         return false;
@@ -107,7 +108,7 @@ pub fn block(ctx: &Context, name: &RedisString, id: LockId, after: u64, timeout_
     let watch = Watch {
         client: Some(client),
     };
-    with(|o| o.add(handle, id, after, watch));
+    with(|o| o.add(handle, id, saw, watch));
     stats::OBSERVES.bump();
     if timeout_ms > 0 {
         let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
@@ -178,14 +179,14 @@ pub fn next_changed() -> Option<LockId> {
     with(|o| o.next_marked())
 }
 
-/// A look at `id` saw `seen`: the observers that saw another fence are
-/// woken (all of them for a refusal), to be answered by `unblock_some`.
+/// A look at `id` saw `seen`: the observers to whom it is news are woken
+/// (all of them for a refusal), to be answered by `unblock_some`.
 pub fn settle(id: &LockId, seen: Seen) {
     if matches!(seen, Seen::Redirected) {
         return;
     }
-    let fence = seen.fence();
-    let woken = with(|o| o.wake(id, fence, &Rc::new(seen)));
+    let seen = Rc::new(seen);
+    let woken = with(|o| o.wake(id, seen.holder(), &seen));
     if woken > 0 && count_of(id) == 0 {
         scheduler::cancel(&Job::Look(id.clone()));
     }

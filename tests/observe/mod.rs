@@ -1,13 +1,15 @@
-//! `LOCK.OBSERVE key [AFTER fence] [BLOCK timeout]` (SPEC "Election and observation"): the
+//! `LOCK.OBSERVE key [AFTER fence] [SEEN data] [BLOCK timeout]` (SPEC "Election and observation"): the
 //! holder's `[fence, data]` at once, or a wait in the server until the fence differs from the one
 //! the caller saw. This file: the helpers, and the replies that come at once. `data.rs`: the
-//! holder's public data in them. `events.rs`: what wakes an observer, and that observers are not
+//! holder's public data in them. `seen.rs`: `SEEN data`, new data under the same fence.
+//! `events.rs`: what wakes an observer, and that observers are not
 //! waiters. `states.rs`: pauses, replicas, loading and failover. `many.rs`: thousands of
 //! observers woken by one release.
 
 mod data;
 mod events;
 mod many;
+mod seen;
 mod states;
 
 use std::time::{Duration, Instant};
@@ -218,7 +220,7 @@ fn errors_and_key_declaration() {
         ("k", &["AFTER"][..], "ERR syntax error: option AFTER needs a value"),
         ("k", &["BLOCK", "-1"][..], "ERR invalid BLOCK timeout: must be 0 (no limit) or a positive integer of at most 1000000000000 milliseconds"),
         ("k", &["AFTER", "1", "AFTER", "1"][..], "ERR syntax error: option AFTER given more than once"),
-        ("k", &["PX", "1"][..], "ERR syntax error: unknown option 'PX' (LOCK.OBSERVE takes AFTER and BLOCK)"),
+        ("k", &["PX", "1"][..], "ERR syntax error: unknown option 'PX' (LOCK.OBSERVE takes AFTER, SEEN and BLOCK)"),
     ] {
         let mut cmd = rcmd!("LOCK.OBSERVE", key);
         for a in extra {
@@ -269,7 +271,15 @@ fn errors_and_key_declaration() {
         "{:?}",
         ok(&mut c, &rcmd!("COMMAND", "DOCS", "lock.observe"))
     );
-    for word in ["summary", "complexity", "AFTER", "BLOCK", "optional", "key"] {
+    for word in [
+        "summary",
+        "complexity",
+        "AFTER",
+        "SEEN",
+        "BLOCK",
+        "optional",
+        "key",
+    ] {
         assert!(docs.contains(word), "COMMAND DOCS lacks {word}: {docs}");
     }
 }

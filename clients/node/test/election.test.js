@@ -357,10 +357,10 @@ test("an observation skips gaps, timeouts and older terms, and asks AFTER the fe
   assert.equal(obs.failed(), 50); // an answer resets the pauses
   assert.deepEqual(asked, [
     ["LOCK.OBSERVE", "el"],
-    ["LOCK.OBSERVE", "el", "AFTER", "0", "BLOCK", 5000],
-    ["LOCK.OBSERVE", "el", "AFTER", "0", "BLOCK", 5000],
-    ["LOCK.OBSERVE", "el", "AFTER", "5", "BLOCK", 5000],
-    ["LOCK.OBSERVE", "el", "AFTER", "3", "BLOCK", 5000],
-    ["LOCK.OBSERVE", "el", "AFTER", "5", "BLOCK", 5000],
+    ["LOCK.OBSERVE", "el", "AFTER", "0", "SEEN", "", "BLOCK", 5000],
+    ["LOCK.OBSERVE", "el", "AFTER", "0", "SEEN", "", "BLOCK", 5000],
+    ["LOCK.OBSERVE", "el", "AFTER", "5", "SEEN", Buffer.from("a"), "BLOCK", 5000],
+    ["LOCK.OBSERVE", "el", "AFTER", "3", "SEEN", Buffer.from("old"), "BLOCK", 5000],
+    ["LOCK.OBSERVE", "el", "AFTER", "5", "SEEN", Buffer.from("a"), "BLOCK", 5000],
   ]);
 });

@@ -79,6 +79,10 @@ async function elections(): Promise<bigint> {
   const maybe: bigint | null = await election.campaign({ wait: 1000 });
   // @ts-expect-error with `wait`, the term may be null
   const notSure: bigint = await election.campaign({ wait: 1000 });
+  const proclaimed: void = await election.proclaim("10.0.0.5:8081");
+  await election.proclaim(Buffer.from("10.0.0.5:8082"));
+  // @ts-expect-error data is a string or a Buffer
+  await election.proclaim(8083);
   const stop = new AbortController();
   for await (const leader of election.observe({ signal: stop.signal })) {
     if (leader === null) continue; // nobody leads

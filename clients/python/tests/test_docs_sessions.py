@@ -1,7 +1,9 @@
 """The redis-cli sessions of README.md and docs/*.md, replayed against a real server.
 
 Every fenced block with `name> command` lines is a session: its commands are sent as they are
-written (one server per page, blocks in order, one connection per prompt name) and each reply,
+written (one server per page, blocks in order, one connection per prompt name; a fence the page
+showed in an earlier reply stands for the fence the server answered there, as a reader types
+their own) and each reply,
 printed as redis-cli prints it (docs_replies.tty), must equal the lines shown. Only fences and
 remaining times may differ, on a page that says they do (docs_replies.compare).
 
@@ -114,7 +116,8 @@ class Replay:
             for name, args, expected in steps:
                 conn = self.conn(kind, name)
                 assert not conn.waiting, f"{block.where}: client {name} is still waiting"
-                conn.send(args)  # as written on the page: a reader pastes it
+                # As written on the page, a reader pastes it; a fence shown before is the one answered.
+                conn.send([self.bindings.real.get(a, a) if self.varies else a for a in args])
                 if not expected:
                     conn.waiting = True
                     self.wait_blocked(kind, name)

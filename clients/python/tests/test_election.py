@@ -405,13 +405,13 @@ def test_an_observation_skips_gaps_timeouts_and_older_terms() -> None:
     args = [r.args if isinstance(r, _flow.Send) else ("pause", r.seconds) for r in sent]
     assert args == [
         ["LOCK.OBSERVE", "el:x"],
-        ["LOCK.OBSERVE", "el:x", "AFTER", 0],
-        ["LOCK.OBSERVE", "el:x", "AFTER", 0],
-        ["LOCK.OBSERVE", "el:x", "AFTER", 5],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 0, "SEEN", b""],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 0, "SEEN", b""],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 5, "SEEN", b"a"],
         ("pause", 0.05),
-        ["LOCK.OBSERVE", "el:x", "AFTER", 5],
-        ["LOCK.OBSERVE", "el:x", "AFTER", 3],
-        ["LOCK.OBSERVE", "el:x", "AFTER", 5],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 5, "SEEN", b"a"],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 3, "SEEN", b"old"],
+        ["LOCK.OBSERVE", "el:x", "AFTER", 5, "SEEN", b"a"],
     ]
     assert sent[0].wait_until is None and all(r.wait_until is not None for r in sent[1:] if isinstance(r, _flow.Send))
 

@@ -1,19 +1,57 @@
-//! `LOCK.OBSERVE key [AFTER fence] [BLOCK timeout-ms]`.
+//! `LOCK.OBSERVE key [AFTER fence] [SEEN data] [BLOCK timeout-ms]`.
 
 use std::ops::Deref;
 
 use super::unknown;
 use crate::core::errors::{Grammar, LockError};
-use crate::core::limits::MAX_BLOCK_MS;
+use crate::core::limits::{MAX_BLOCK_MS, MAX_DATA_LEN};
 use crate::core::numbers::parse_non_negative;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observe {
     /// The fence the caller saw last (0: no holder); `None`: answer with
     /// the holder now, whatever it is.
     pub after: Option<u64>,
+    /// The data the caller saw with that fence (`SEEN`; empty: none).
+    pub seen: Option<Box<[u8]>>,
     /// `None`: never wait. `Some(0)`: wait without limit.
     pub block_ms: Option<u64>,
+}
+
+impl Observe {
+    /// What the caller saw, to compare the holder with; `None` without
+    /// `AFTER` (`SEEN` alone has nothing to go with: the holder now).
+    pub fn saw(&self) -> Option<Saw> {
+        let fence = self.after?;
+        let data = self.seen.clone();
+        Some(Saw { fence, data })
+    }
+}
+
+/// What an observer saw last: the holder's fence (`AFTER`) and, with
+/// `SEEN`, its data (empty: the hold had none; a hold's `DATA` is never
+/// empty). Without `SEEN` only the fence counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Saw {
+    pub fence: u64,
+    pub data: Option<Box<[u8]>>,
+}
+
+impl Saw {
+    /// Only the fence counts (`AFTER` without `SEEN`).
+    pub fn fence(fence: u64) -> Saw {
+        Saw { fence, data: None }
+    }
+
+    /// Whether the holder `(fence, data)` is news to this observer: another
+    /// fence, or with `SEEN` the same fence with other data.
+    pub fn differs(&self, fence: u64, data: Option<&[u8]>) -> bool {
+        fence != self.fence
+            || self
+                .data
+                .as_deref()
+                .is_some_and(|seen| seen != data.unwrap_or_default())
+    }
 }
 
 pub fn parse<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Observe, LockError> {
@@ -22,10 +60,22 @@ pub fn parse<A: Deref<Target = [u8]>>(argv: &[A]) -> Result<Observe, LockError> 
     }
     let mut observe = Observe {
         after: None,
+        seen: None,
         block_ms: None,
     };
     let mut rest = argv[2..].iter().map(|a| &**a);
     while let Some(name) = rest.next() {
+        if name.eq_ignore_ascii_case(b"SEEN") {
+            let value = rest.next().ok_or(LockError::MissingValue("SEEN"))?;
+            if observe.seen.is_some() {
+                return Err(LockError::RepeatedOption("SEEN"));
+            }
+            if value.len() > MAX_DATA_LEN {
+                return Err(LockError::InvalidSeen);
+            }
+            observe.seen = Some(value.into());
+            continue;
+        }
         let (label, slot, error) = if name.eq_ignore_ascii_case(b"AFTER") {
             ("AFTER", &mut observe.after, LockError::InvalidAfter)
         } else if name.eq_ignore_ascii_case(b"BLOCK") {
@@ -62,7 +112,50 @@ mod tests {
     }
 
     fn observe(after: Option<u64>, block_ms: Option<u64>) -> Result<Observe, LockError> {
-        Ok(Observe { after, block_ms })
+        let seen = None;
+        Ok(Observe {
+            after,
+            seen,
+            block_ms,
+        })
+    }
+
+    #[test]
+    fn seen_is_the_data_the_caller_saw_empty_for_none() {
+        let got = parse_args(&["AFTER", "5", "seen", "node-1", "BLOCK", "0"]).unwrap();
+        assert_eq!(got.seen.as_deref(), Some(&b"node-1"[..]));
+        let saw = got.saw().unwrap();
+        assert!(!saw.differs(5, Some(b"node-1")));
+        assert!(saw.differs(5, Some(b"node-2")), "new data, same fence");
+        assert!(saw.differs(5, None), "the data dropped");
+        assert!(saw.differs(6, Some(b"node-1")), "a new fence");
+        let none = parse_args(&["SEEN", "", "AFTER", "5"])
+            .unwrap()
+            .saw()
+            .unwrap();
+        assert!(!none.differs(5, None));
+        assert!(none.differs(5, Some(b"x")));
+        // Without SEEN only the fence counts, as before it existed.
+        let fence_only = parse_args(&["AFTER", "5"]).unwrap().saw().unwrap();
+        assert!(!fence_only.differs(5, Some(b"anything")));
+        assert!(fence_only.differs(4, None));
+        // SEEN without AFTER: nothing to compare with.
+        assert_eq!(parse_args(&["SEEN", "x"]).unwrap().saw(), None);
+        let longest = "x".repeat(MAX_DATA_LEN);
+        assert!(parse_args(&["AFTER", "1", "SEEN", &longest]).is_ok());
+        let longer = "x".repeat(MAX_DATA_LEN + 1);
+        assert_eq!(
+            parse_args(&["AFTER", "1", "SEEN", &longer]),
+            Err(LockError::InvalidSeen)
+        );
+        assert_eq!(
+            parse_args(&["AFTER", "1", "SEEN"]),
+            Err(LockError::MissingValue("SEEN"))
+        );
+        assert_eq!(
+            parse_args(&["SEEN", "a", "seen", "a"]),
+            Err(LockError::RepeatedOption("SEEN"))
+        );
     }
 
     #[test]

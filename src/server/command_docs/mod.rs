@@ -185,7 +185,7 @@ pub const INFO: Doc = Doc {
 
 pub const OBSERVE: Doc = Doc {
     complexity: c"O(1) for an exclusive lock; O(H) for a key with H shared or semaphore holders",
-    summary: c"Shows the fence and public data of a lock's holder, or waits in the server until its fence differs from a given one",
+    summary: c"Shows the fence and public data of a lock's holder, or waits in the server until its fence (or, with SEEN, its data) differs from a given one",
     arity: -2,
     key_flags: raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
     numkeys: false,
@@ -196,6 +196,12 @@ pub const OBSERVE: Doc = Doc {
             optional: true,
             summary: Some(c"the fence seen last (0: no holder): answer only once the fence differs"),
             ..arg(c"fence", INTEGER)
+        },
+        Arg {
+            token: Some(c"SEEN"),
+            optional: true,
+            summary: Some(c"with AFTER, the data seen last with that fence (empty: none): a holder of the same fence with other data is a change too"),
+            ..arg(c"data", STRING)
         },
         Arg {
             token: Some(c"BLOCK"),

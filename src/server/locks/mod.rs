@@ -148,7 +148,14 @@ pub fn carry_out(
     watch_leases(ctx, name, look);
     match decision {
         Decision::Grant => observed::changed(ctx, name),
-        _ => observed::watch_end(ctx, name, Some(expire_at)),
+        _ => {
+            // A re-grant keeps the fence; new data is news to observers that
+            // saw the old (`SEEN`), and a look tells whether it is new.
+            if grant.data.is_some() {
+                observed::changed(ctx, name);
+            }
+            observed::watch_end(ctx, name, Some(expire_at));
+        }
     }
     Ok(fence)
 }

@@ -1,7 +1,8 @@
 //! What observers of a lock see (`LOCK.OBSERVE`), and when they look.
 //!
 //! Every change this layer makes or learns of marks the lock (`changed`):
-//! grants, releases, lease ends, replayed holds, unlinks, flushes, SWAPDB,
+//! grants, re-grants that give new data, releases, lease ends, replayed
+//! grants and holds, unlinks, flushes, SWAPDB,
 //! keys that appear under a watched name (`RENAME`, `MOVE`, `RESTORE`,
 //! `COPY`, a replayed grant), a load, a role change. The scheduler's reads
 //! then look at each marked lock once — after the pass's writes, so a
@@ -15,6 +16,7 @@ use redis_module::{Context, ContextFlags, RedisString};
 use std::cell::RefCell;
 use std::time::Instant;
 
+use crate::core::args::observe::Saw;
 use crate::core::budget::{Budget, Pace};
 use crate::core::errors::LockError;
 use crate::core::slot::SlotState;
@@ -104,19 +106,19 @@ fn slot_left(ctx: &Context, name: &[u8]) -> Option<Seen> {
     }
 }
 
-/// Blocks the calling client as an observer of `name` that saw `after`,
-/// until the fence changes or `timeout_ms` passes; `ends` is when the
-/// key's holds next end by themselves. False if it could not block.
+/// Blocks the calling client as an observer of `name` that saw `saw`,
+/// until the holder differs from it or `timeout_ms` passes; `ends` is when
+/// the key's holds next end by themselves. False if it could not block.
 #[must_use]
 pub fn observe(
     ctx: &Context,
     name: &RedisString,
-    after: u64,
+    saw: Saw,
     timeout_ms: u64,
     ends: Option<i64>,
 ) -> bool {
     let id = ffi::lock_id(ctx, name);
-    if !observing::block(ctx, name, id.clone(), after, timeout_ms) {
+    if !observing::block(ctx, name, id.clone(), saw, timeout_ms) {
         return false;
     }
     watch_end_of(ctx, id, ends);

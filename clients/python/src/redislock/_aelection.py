@@ -27,8 +27,8 @@ __all__ = ["Election", "Leader"]
 
 class Election(ElectionBase["Lock"]):
     """``redislock.Election`` for ``redis.asyncio.Redis`` / ``RedisCluster``: ``await
-    election.campaign()``, ``await election.resign()``, ``await election.leader()``, ``async
-    for leader in election.observe()``. ``lost`` is an ``asyncio.Event``; ``on_lost`` may be a
+    election.campaign()``, ``await election.resign()``, ``await election.proclaim(data)``,
+    ``await election.leader()``, ``async for leader in election.observe()``. ``lost`` is an ``asyncio.Event``; ``on_lost`` may be a
     plain function or a coroutine function. Cancelling ``campaign()`` ends the wait (its
     connection is closed, which takes the candidate out of the server's queue); cancelling the
     task that iterates ``observe()`` ends the observation. ``await election.run(fn)``: as
@@ -85,6 +85,11 @@ class Election(ElectionBase["Lock"]):
         """As ``redislock.Election.resign``."""
         lock: Lock = self._lock
         return await lock._drive(self._resign())
+
+    async def proclaim(self, data: Union[str, bytes, memoryview]) -> None:
+        """As ``redislock.Election.proclaim``."""
+        lock: Lock = self._lock
+        await lock._drive(self._proclaim(data))
 
     async def leader(self) -> Optional[Leader]:
         """As ``redislock.Election.leader``."""

@@ -8,14 +8,16 @@ off (leadership is the process's, not a thread's), and with the candidate's publ
 ``DATA`` with every request for the grant. ``campaign`` is that lock's blocking ``acquire`` (a
 wait in the server, first come, first served among the candidates), the term is the grant's
 fence, the lock's lease clock (``lost``, ``on_lost``) says when leadership may be gone, and
-``resign`` is its ``release``.
+``resign`` is its ``release``. ``proclaim`` is a re-grant of the term with new ``DATA``: the
+same token, so the same fence.
 
-Decided here: the data's bounds; what ``campaign`` and ``resign`` answer; who leads, read with
-``LOCK.INFO``; and the observation — which ``LOCK.OBSERVE`` to send next (``AFTER`` the fence
-last seen, so that a change made while the observer was away or reconnecting is answered at
-once), which answers are a new leader (terms strictly increasing: a lower or equal fence is
-not), which are a vacancy (a key with no lock, ``[0, nil]``, after a leader was given out: once
-per vacancy), and which errors are waited out.
+Decided here: the data's bounds; what ``campaign``, ``proclaim`` and ``resign`` answer; who
+leads, read with ``LOCK.INFO``; and the observation — which ``LOCK.OBSERVE`` to send next
+(``AFTER`` the fence last seen and ``SEEN`` the data seen with it, so that a change made while
+the observer was away or reconnecting is answered at once), which answers are a new leader
+(terms strictly increasing: a lower fence is not), which are a new value of the leader given
+out last (its term, other data), which are a vacancy (a key with no lock, ``[0, nil]``, after a
+leader was given out: once per vacancy), and which errors are waited out.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, Callable, Generic, List, NamedTuple, Optional, TypeVar, 
 from redis.exceptions import ClusterError, ConnectionError, LockNotOwnedError, ResponseError, TimeoutError
 
 from . import _core
-from ._common import LockInfo, Number, as_bytes, translate, unsupported
+from ._common import LockInfo, Number, acquire_args, as_bytes, lock_error, parse_grant, translate, unsupported
 from ._flow import Flow, Pause, Send, unwrap
 
 logger = logging.getLogger("redislock")
@@ -114,49 +116,65 @@ def leader(name: Any) -> Flow[Optional[Leader]]:
 
 
 class Observation:
-    """Where one observer stands: the fence of the holder it last saw (``seen``, sent as
-    ``AFTER``), the highest term it gave out (``last``), whether the last thing it gave out was
-    a leader (``leading``: a vacancy is given out once, and only after a leader), and its
-    failures in a row."""
+    """Where one observer stands: the holder it last saw (``seen``, its fence, sent as
+    ``AFTER``, and ``seen_data``, sent as ``SEEN``: empty for none), the leader it gave out last
+    (``last``, ``last_data``), whether the last thing it gave out was a leader (``leading``: a
+    vacancy is given out once, and only after a leader), whether the server takes ``SEEN``, and
+    its failures in a row."""
 
     def __init__(self, name: Any, block: float = OBSERVE_BLOCK) -> None:
         self.name = name
         self.block = block
         self.seen: Optional[int] = None
+        self.seen_data: Optional[bytes] = None
         self.last = 0
+        self.last_data: Optional[bytes] = None
         self.leading = False
+        self.with_seen = True
         self.failures = 0
 
     def request(self, now: float) -> Send:
         """The first: the current holder, at once. Then: a wait in the server until the holder
-        differs from the one last seen, at most ``block`` seconds."""
+        differs from the one last seen (its fence, or its data), at most ``block`` seconds."""
         args: List[Any] = ["LOCK.OBSERVE", self.name]
         if self.seen is None:
             return Send(args)
-        return Send([*args, "AFTER", self.seen], wait_until=now + self.block)
+        args += ["AFTER", self.seen]
+        if self.with_seen:
+            args += ["SEEN", b"" if self.seen_data is None else self.seen_data]
+        return Send(args, wait_until=now + self.block)
 
     def answer(self, reply: Any) -> Union[Leader, None, "_Unchanged"]:
-        """What to give out: a new leader; None, a vacancy (nobody holds the key, ``[0, nil]``,
-        and the last thing given out was a leader); or ``UNCHANGED``: the wait ended without a
-        change (nil), the key is still free, or the fence is not above the last term given out
-        (a holder seen before, or an older one after a failover)."""
+        """What to give out: a new leader, or the leader given out last with new data (a
+        ``proclaim``); None, a vacancy (nobody holds the key, ``[0, nil]``, and the last thing
+        given out was a leader); or ``UNCHANGED``: the wait ended without a change (nil), the key
+        is still free, the fence is below the last term given out (an older holder after a
+        failover), or it is that term with the data given out already."""
         self.failures = 0
         if reply is None:
             return UNCHANGED
         if not isinstance(reply, (list, tuple)) or len(reply) != 2:
             raise ResponseError(f"unexpected LOCK.OBSERVE reply: {reply!r}")
-        fence, data = int(reply[0]), reply[1]
-        self.seen = fence
+        fence, data = int(reply[0]), None if reply[1] is None else as_bytes(reply[1])
+        self.seen, self.seen_data = fence, data
         if fence == 0:
             if not self.leading:
                 return UNCHANGED
             self.leading = False
             return None
-        if fence <= self.last:
+        if fence < self.last or (fence == self.last and (not self.leading or data == self.last_data)):
             return UNCHANGED
-        self.last = fence
+        self.last, self.last_data = fence, data
         self.leading = True
-        return Leader(fence, None if data is None else as_bytes(data))
+        return Leader(fence, data)
+
+    def refused_seen(self, err: ResponseError) -> bool:
+        """A server whose ``LOCK.OBSERVE`` does not know ``SEEN`` (an older redislock): observed
+        by fence alone from now on (a new value of a term is not seen there). True if so."""
+        if self.with_seen and "unknown option 'SEEN'" in str(err):
+            self.with_seen = False
+            return True
+        return False
 
     def failed(self) -> float:
         """The pause before trying again after a failure."""
@@ -181,8 +199,9 @@ def _not_now(err: ResponseError) -> bool:
 
 def observe_next(obs: Observation) -> Flow[Optional[Leader]]:
     """The next change: ``LOCK.OBSERVE`` sent and re-armed until a holder with a higher term
-    than any given out before answers (that leader), or the key is free after a leader was
-    given out (None: nobody leads). A connection that fails (a cut, a partition seen as a
+    than any given out before answers (that leader), the leader given out last answers with new
+    data (that leader again, its new value), or the key is free after a leader was given out
+    (None: nobody leads). A connection that fails (a cut, a partition seen as a
     read that timed out, a server restarting or loading, a Cluster redirect) is waited out and
     the wait sent again ``AFTER`` the fence last seen, so that a change made meanwhile is
     answered at once. Raises only what waiting cannot mend: ``UnsupportedError`` (a server
@@ -191,6 +210,8 @@ def observe_next(obs: Observation) -> Flow[Optional[Leader]]:
         try:
             reply = yield obs.request(time.monotonic())
         except ResponseError as err:
+            if obs.refused_seen(err):
+                continue
             if not _not_now(err):
                 raise refused(err, obs.name, "observe") from err
             failure: Exception = err
@@ -226,6 +247,8 @@ class ElectionBase(Generic[L]):
         self.on_lost = on_lost
         #: The run now going on (``run()``), whose work a loss cancels first.
         self._running: Any = None
+        #: The candidate lock's options without ``DATA``.
+        self._mode: List[Any] = list(candidate._spec.mode)
         candidate._spec.mode.extend(candidate_mode(data))
 
     def _signal_lost(self, lock: Any) -> Any:
@@ -276,6 +299,44 @@ class ElectionBase(Generic[L]):
         granted = yield from self._lock._acquire(None, True, timeout, None)
         fence: Optional[int] = self._lock.fence if granted else None
         return fence
+
+    def _proclaim(self, data: DataT) -> Flow[None]:
+        """The term's data becomes ``data``: ``LOCK.ACQUIRE`` again with the term's token, its
+        lease and the new ``DATA``, on the term's connection — a re-grant: the same term (fence),
+        its lease renewed, and observers see the new value. Later campaigns send it too.
+        ``LockNotOwnedError`` if this candidate does not lead (never led, resigned, lost); a grant
+        of a new term (the old one had ended and the key was free) is released at once, not taken.
+        With ``replicas``, one not acknowledged in time raises ``NotReplicatedError`` (the server
+        has the new data)."""
+        value = data_arg(data)
+        if value is None:
+            raise TypeError(f"proclaim() needs data: bytes or a str of 1 to {MAX_DATA} bytes")
+        lock = self._lock
+        token, term = lock.token, self.term
+        if token is None or term is None:
+            raise lock_error(LockNotOwnedError, "Cannot proclaim: this candidate does not lead", self.name)
+        spec, own = lock._spec, _core.bound(lock.local)
+        durable = spec.durable
+        follow = None if durable is None else durable.follow(spec.ttl_ms / 1000)
+        args = [*acquire_args(self.name, token, spec.ttl_ms, self._mode, None), "DATA", value]
+        sent = time.monotonic()
+        try:
+            reply = yield Send(args, own=own, follow=follow)
+            grant = parse_grant(unwrap(reply))
+            if grant is not None and grant[1] != term:
+                yield Send(["LOCK.RELEASE", self.name, token], own=own)
+        except ResponseError as err:
+            raise translate(err, self.name, "proclaim") from err
+        if grant is None or grant[1] != term:
+            raise lock_error(LockNotOwnedError, "Cannot proclaim: the term was lost", self.name)
+        self.data = value
+        spec.mode = [*self._mode, *candidate_mode(value)]
+        if durable is not None:
+            acks = durable.acks(reply)
+            if not acks.ok:
+                raise durable.shortfall(acks, self.name, "proclamation")
+        if lock.local.hold is not None:
+            lock.local.hold.extended(sent, spec.ttl_ms)
 
     def _resign(self) -> Flow[bool]:
         """True if this candidate led until the release; False if it did not lead, or its term

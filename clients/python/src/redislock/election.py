@@ -43,10 +43,12 @@ class Election(ElectionBase[Lock]):
       socket says so, which may be after the next term was granted. ``is_leader`` turns False
       at the same moment.
     - ``resign()`` ends the term: True if it still led, False otherwise.
+    - ``proclaim(data)`` changes the leader's data in its term (a re-grant with the term's
+      token: the same term); ``LockNotOwnedError`` if this candidate does not lead.
     - ``leader()`` says who leads (``LOCK.INFO``): a ``Leader(term, data)``, or None.
-    - ``observe()`` yields a ``Leader`` for each new leader, terms strictly increasing
-      (``LOCK.OBSERVE … AFTER … BLOCK``), and None when nobody leads any more, through
-      reconnects (see ``observe``).
+    - ``observe()`` yields a ``Leader`` for each new leader, terms strictly increasing, and
+      for each new value the leader proclaims (``LOCK.OBSERVE … AFTER … SEEN … BLOCK``), and
+      None when nobody leads any more, through reconnects (see ``observe``).
     - ``run(fn, on_elected=None, on_new_leader=None)`` campaigns, calls ``fn(stop)`` while this
       candidate leads (``stop``, a ``threading.Event``, is set the moment leadership is lost),
       resigns when ``fn`` returns and campaigns again, until ``stop()``. ``cancel()`` (from any
@@ -230,19 +232,30 @@ class Election(ElectionBase[Lock]):
         lock: Lock = self._lock
         return lock._drive(self._resign())
 
+    def proclaim(self, data: Union[str, bytes, memoryview]) -> None:
+        """The leader's data becomes ``data`` (1 to 4096 bytes) in the same term: a re-grant with
+        the term's token and the new ``DATA`` on the term's connection, which renews the lease
+        too; every observer sees it (``observe()`` yields ``Leader(term, data)``), and later
+        campaigns send it. ``LockNotOwnedError`` if this candidate does not lead (never elected,
+        resigned, or the term lost)."""
+        lock: Lock = self._lock
+        lock._drive(self._proclaim(data))
+
     def leader(self) -> Optional[Leader]:
         """Who leads now: ``Leader(term, data)``, or None when nobody does (``LOCK.INFO``)."""
         return drive(leader(self.name), self._lock._carry)
 
     def observe(self) -> Iterator[Optional[Leader]]:
         """Each new leader, as it is granted: the current one first (if any), then every later
-        one, terms strictly increasing; None when, after a leader, nobody leads (a resignation
+        one, terms strictly increasing; the same term again with its new data when the leader
+        proclaims a value (``proclaim``); None when, after a leader, nobody leads (a resignation
         or a lease run out with no candidate waiting), once per vacancy. A handoff to a waiting
         candidate is one change: the next leader, no None between.
-        Each wait is ``LOCK.OBSERVE name AFTER <fence last seen> BLOCK`` (at most 5 s, then sent
-        again), on a connection of the lock's own; a connection that fails is opened again and
-        the wait re-armed with the fence last seen, so a leader granted meanwhile is yielded at
-        once. It never ends by itself; needs a server with ``LOCK.OBSERVE``
+        Each wait is ``LOCK.OBSERVE name AFTER <fence last seen> SEEN <data seen> BLOCK`` (at
+        most 5 s, then sent again), on a connection of the lock's own; a connection that fails is
+        opened again and the wait re-armed with what was seen last, so a leader granted or a
+        value proclaimed meanwhile is yielded at once (the latest value: values proclaimed
+        while the observer was away are not replayed). It never ends by itself; needs a server with ``LOCK.OBSERVE``
         (``UnsupportedError`` otherwise)."""
         observation = Observation(self.name)
         while True:
