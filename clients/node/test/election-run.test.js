@@ -186,6 +186,27 @@ for (const lib of LIBRARIES) {
       });
     }
 
+    test("a killed server aborts the work at the close, and the run goes on when it is back", { timeout: 30000 }, async () => {
+      const own = await Server.start(); // a server of its own, killed with SIGKILL
+      let back = null;
+      const made = await locker(own.port);
+      // A lease of 30 s: the first renewal would come 10 s after the grant.
+      const r = runner(made.election(key("kill9"), { leaseMs: 30000 }), { follow: false });
+      try {
+        const started = (await r.rec.wait("start")).at;
+        await own.stop(); // the term's socket closes with the server
+        const stopped = (await r.rec.wait("stopped")).at;
+        // Told by the close, long before a renewal could have found out (recorded clocks).
+        assert.equal(r.run.terms[0].why, LOST);
+        assert.ok(r.run.terms[0].firedAt <= stopped && stopped < started + 5000, `${started} ${stopped}`);
+        back = await Server.start([], own.port); // the server comes back: the run campaigns again
+        await r.rec.wait("start", 2);
+      } finally {
+        await r.stop();
+        if (back) await back.stop();
+      }
+    });
+
     test("a successor starts only after its predecessor's signal aborted (stop)", { timeout: 30000 }, async (t) => {
       if (!observeSupported) return t.skip("needs LOCK.OBSERVE, which this server's module does not have");
       const name = key("handoff");

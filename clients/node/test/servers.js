@@ -56,12 +56,12 @@ function ping(port) {
 }
 
 class Server {
-  /** `extra`: more arguments for the server (a Cluster node's, for one). */
-  static async start(extra = []) {
+  /** `extra`: more arguments for the server (a Cluster node's, for one); `at`: its port (a server that comes back where it was). */
+  static async start(extra = [], at = null) {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "redislock-node-"));
     const cluster = extra.includes("--cluster-enabled");
     for (let attempt = 0; attempt < 5; attempt++) {
-      const port = await freePort(cluster);
+      const port = at || (await freePort(cluster));
       const proc = spawn(
         process.env.REDIS_SERVER || "redis-server",
         ["--bind", "127.0.0.1", "--port", String(port), "--dir", dir, "--save", "", "--appendonly", "no",

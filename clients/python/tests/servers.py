@@ -62,10 +62,11 @@ class Server:
         self.port = 0
         self.start()
 
-    def start(self) -> None:
+    def start(self, port: Optional[int] = None) -> None:
+        """Started, on a free port, or on ``port`` (a server that comes back where it was)."""
         last = ""
         for _ in range(5):  # a port taken between the probe and the bind: try another one
-            self.port = free_port()
+            self.port = port or free_port()
             args = [
                 server_binary(),
                 "--bind", "127.0.0.1",

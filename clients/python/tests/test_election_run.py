@@ -291,6 +291,27 @@ def test_a_partitioned_leader_s_work_is_cancelled_before_its_successor_starts(
         proxy.close()
 
 
+@pytest.mark.parametrize("kind", FRONTS)
+def test_a_killed_server_cancels_the_work_at_the_close_and_the_run_goes_on_when_it_is_back(kind: str) -> None:
+    s = Server()  # a server of its own, killed with SIGKILL
+    front = Front(kind, s.port)
+    try:
+        # A lease of 30 s: the first renewal would come 10 s after the grant.
+        runner = Runner(front, front.election(front.client(), "el:run-kill9", lease=30), follow=False)
+        _, _, started = runner.rec.wait("start")
+        s.kill()  # the term's socket closes with the server
+        _, _, stopped = runner.rec.wait("stopped")
+        term = runner.terms()[0]
+        # Told by the close, long before a renewal could have found out (recorded clocks).
+        assert term.why == _run.LOST and must(term.fired_at) <= stopped < started + 5
+        s.start(port=s.port)  # the server comes back: the run campaigns again and is elected
+        runner.rec.wait("start", 2)
+        runner.stop()
+    finally:
+        front.close()
+        s.stop()
+
+
 # --- cancel() -----------------------------------------------------------------------------------------
 
 

@@ -10,14 +10,14 @@ import inspect
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, List, Optional, Union, overload
 
 import redis.asyncio
-from redis.exceptions import LockError
+from redis.exceptions import ConnectionError, LockError, TimeoutError
 
 from ._base import logger
 from ._common import Number
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._election import DEFAULT_LEASE, DataT, ElectionBase, Leader, Observation, data_arg, leader, observe_next
 from ._flow import adrive
-from ._run import FOLLOW_BLOCK, Run
+from ._run import FOLLOW_BLOCK, RETRY_FIRST, Run, next_pause
 
 if TYPE_CHECKING:
     from .asyncio import Lock
@@ -126,6 +126,7 @@ class Election(ElectionBase["Lock"]):
         self._running = running
         follower = asyncio.ensure_future(self._follow(running)) if on_new_leader is not None else None
         try:
+            pause = RETRY_FIRST
             while running.campaigning():
                 self._campaign_task = asyncio.ensure_future(self.campaign())
                 try:
@@ -134,8 +135,22 @@ class Election(ElectionBase["Lock"]):
                     if running.stopped:  # stop() cancelled it
                         break
                     raise
+                except (ConnectionError, TimeoutError) as err:
+                    # The server is away (restarting, failing over): campaign again once it
+                    # answers. The pause is the task stop() cancels meanwhile.
+                    logger.warning("Campaigning in election %r: %s; trying again", self.name, err)
+                    self._campaign_task = asyncio.ensure_future(asyncio.sleep(pause))
+                    try:
+                        await self._campaign_task
+                    except asyncio.CancelledError:
+                        if running.stopped:
+                            break
+                        raise
+                    pause = next_pause(pause)
+                    continue
                 finally:
                     self._campaign_task = None
+                pause = RETRY_FIRST
                 await self._work(running, fn, got)
         finally:
             running.end()

@@ -37,6 +37,16 @@ STOPPED = "stopped"
 RETURNED = "returned"
 
 
+#: A run's pauses between campaigns the server did not answer (restarting, failing over):
+#: doubling from the first, up to the most; a run goes on until it is stopped.
+RETRY_FIRST = 0.05
+RETRY_MOST = 1.0
+
+
+def next_pause(pause: float) -> float:
+    return min(pause * 2, RETRY_MOST)
+
+
 class CampaignCancelled(Exception):
     """Raised inside a campaign's flow (and by the campaign) when it was cancelled: the
     candidate's wait ended (``Election.cancel()``, or the run stopped)."""

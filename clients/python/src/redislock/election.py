@@ -5,17 +5,18 @@ its connections, its renewal thread, its lease clock)."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable, Iterator, Optional, Set, Union, overload
 
 import redis as redis_py
-from redis.exceptions import LockError
+from redis.exceptions import ConnectionError, LockError, TimeoutError
 
 from ._base import logger
 from ._common import Number
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
 from ._election import DEFAULT_LEASE, DataT, ElectionBase, Leader, Observation, data_arg, leader, observe_next
 from ._flow import drive
-from ._run import FOLLOW_BLOCK, CampaignCancelled, Run, cancellable
+from ._run import FOLLOW_BLOCK, RETRY_FIRST, CampaignCancelled, Run, cancellable, next_pause
 from .lock import Lock
 
 __all__ = ["Election", "Leader", "CampaignCancelled"]
@@ -176,11 +177,20 @@ class Election(ElectionBase[Lock]):
         if on_new_leader is not None:
             threading.Thread(target=self._follow, args=(running,), name="redislock-follow", daemon=True).start()
         try:
+            pause = RETRY_FIRST
             while running.campaigning():
                 try:
                     got = self._campaigning(None, running)
                 except CampaignCancelled:
                     break
+                except (ConnectionError, TimeoutError) as err:
+                    # The server is away (restarting, failing over): campaign again once it
+                    # answers, as a run goes on until it is stopped.
+                    logger.warning("Campaigning in election %r: %s; trying again", self.name, err)
+                    _pause_unless_stopped(running, pause)
+                    pause = next_pause(pause)
+                    continue
+                pause = RETRY_FIRST
                 stop = threading.Event()
                 term = running.elected(must_term(got), stop.set, lambda: self.is_leader and not self.lost.is_set())
                 try:
@@ -265,3 +275,11 @@ class Election(ElectionBase[Lock]):
 def must_term(term: Optional[int]) -> int:
     assert term is not None  # a campaign without a timeout returns a term or raises
     return term
+
+
+
+def _pause_unless_stopped(running: Run, seconds: float) -> None:
+    """Waits ``seconds``, or less once the run is stopped (looked at every 50 ms)."""
+    deadline = time.monotonic() + seconds
+    while running.campaigning() and time.monotonic() < deadline:
+        time.sleep(min(0.05, max(deadline - time.monotonic(), 0)))
