@@ -84,3 +84,57 @@ fn a_rewritten_base_of_grants_and_holds_replays() {
         restart_twice_and_check(&mut s, how, &format!("rewritten base; {stop}"));
     }
 }
+
+/// A grant over holds whose leases ran out but were not ended yet (a transaction runs past
+/// them, so the timer could not end them first) writes their end before the grant:
+/// `LOCK._HOLD … END` then the new effect, in the AOF as on replicas, so that a server replaying
+/// it (the previous release included, which refuses a grant over a lock of another kind) never
+/// meets the old holds. And the AOF replays to the same data.
+#[test]
+fn a_grant_over_holds_whose_leases_ran_out_writes_their_end_first() {
+    let cases: [(&str, &[&str], &[&str], &str); 3] = [
+        ("s2x", &["SHARED"], &[], "LOCK._APPLY"),
+        ("m2x", &["LIMIT", "2"], &[], "LOCK._APPLY"),
+        ("s2m", &["SHARED"], &["LIMIT", "2"], "GRANT"),
+    ];
+    for (how, stop) in STOPS {
+        let mut s = aof_server(false);
+        let mut c = s.conn();
+        for (key, first, then, grant) in cases {
+            let written = s.aof_text().len();
+            // Taken for 1 ms, 20 ms pass within the transaction, then taken as `then` asks.
+            let mut tx = redis::pipe();
+            tx.atomic();
+            tx.cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("old")
+                .arg("PX")
+                .arg(1)
+                .arg(first);
+            tx.cmd("DEBUG").arg("SLEEP").arg("0.02");
+            tx.cmd("LOCK.ACQUIRE")
+                .arg(key)
+                .arg("new")
+                .arg("PX")
+                .arg(60_000)
+                .arg(then);
+            let replies: Vec<redis::Value> = tx.query(&mut c).expect("the transaction");
+            assert!(parse_grant(&replies[2]).is_some(), "{key}: {replies:?}");
+            let aof = s.aof_text()[written..].to_string();
+            let end = aof
+                .find("END\r\n$3\r\nold")
+                .unwrap_or_else(|| panic!("{key}: no end of the old hold in the AOF:\n{aof}"));
+            assert!(
+                aof[end..].contains(grant),
+                "{key}: the grant is not after the end:\n{aof}"
+            );
+            // Nothing of the new grant before the old hold's end.
+            assert!(
+                !aof[..end].contains("$3\r\nnew"),
+                "{key}: the grant before the end:\n{aof}"
+            );
+            ok(&mut c, &rcmd!("DEL", key));
+        }
+        restart_twice_and_check(&mut s, how, &format!("grants over ended holds; {stop}"));
+    }
+}
