@@ -12,8 +12,11 @@ use crate::resources::used_memory;
 
 const LEAVING: usize = 400;
 
+/// A waiter's command for a token.
+type WaiterCommand = fn(&str) -> Vec<String>;
+
 /// The waiters' commands of one kind: `(holder's acquires, a waiter's command for token t)`.
-fn kind(name: &str) -> (Vec<Vec<String>>, fn(&str) -> Vec<String>) {
+fn kind(name: &str) -> (Vec<Vec<String>>, WaiterCommand) {
     let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     match name {
         "exclusive" => (
