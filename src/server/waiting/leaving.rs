@@ -9,28 +9,30 @@
 //! once. Connections that close together arrive in one turn by the
 //! thousand, so released in the callback they would all be freed in that
 //! one turn, after the server's own work on every closed connection; here
-//! the turn carries only the latter, and the handles follow in batches
-//! sized to the time a turn then takes (`Pace`), as the server's clients
-//! are served in between. A handle released later answers nobody: its
+//! the turn carries only the latter, and the handles follow a batch per
+//! timer pass (a few hundred: a fraction of a millisecond of the server's
+//! work), as the server's clients are served in between. A handle released later answers nobody: its
 //! client is gone. The first few since the last pass are released at once,
 //! so that connections closing one at a time cost no timer pass each.
 
 use std::cell::{Cell, RefCell};
-use std::time::Instant;
 
-use crate::core::budget::Pace;
 use crate::server::ffi::BlockedClient;
 
 thread_local! {
     // Redis calls modules on its main thread only.
     static LEAVING: RefCell<Vec<BlockedClient>> = const { RefCell::new(Vec::new()) };
-    static PACE: RefCell<Pace> = const { RefCell::new(Pace::new()) };
     /// Handles released at once since the last batch.
     static AT_ONCE: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Handles released at once between two batches.
 const AT_ONCE_MAX: usize = 64;
+
+/// Handles released by one pass: each costs the server about 1,500
+/// instructions after the pass, so a batch adds well under a millisecond
+/// to its turn, and the pass's own cost is shared by many.
+const BATCH: usize = 256;
 
 /// Room kept for the handles between bursts.
 const KEPT: usize = 64;
@@ -66,24 +68,18 @@ pub fn pending() -> bool {
 /// pass.
 pub fn release_batch() -> bool {
     AT_ONCE.with(|a| a.set(0));
-    let n = PACE.with(|p| p.borrow_mut().batch(Instant::now()));
-    let batch = LEAVING.with(|l| {
-        let mut l = l.borrow_mut();
-        let from = l.len().saturating_sub(n);
-        l.split_off(from)
-    });
-    let released = batch.len();
-    // No borrow is held while Redis is called.
-    for client in batch {
+    for _ in 0..BATCH {
+        // No borrow is held while Redis is called.
+        let Some(client) = LEAVING.with(|l| l.borrow_mut().pop()) else {
+            break;
+        };
         client.unblock();
     }
-    let more = LEAVING.with(|l| {
+    LEAVING.with(|l| {
         let mut l = l.borrow_mut();
         if l.is_empty() && l.capacity() > KEPT {
             l.shrink_to(KEPT);
         }
         !l.is_empty()
-    });
-    PACE.with(|p| p.borrow_mut().sent(Instant::now(), released, more));
-    more
+    })
 }
