@@ -459,7 +459,8 @@ def main():
         "its lock rules. Memory floor:",
         "bench/floor/blockfloor.c, a command that only blocks. Ratio = module / the other side.",
         "Disconnect rows (bench/waitstalls.py): fresh servers, %d runs per side, alternating; the process" % DISCONNECT_REPS,
-        "holding the 5,000 waiters' connections is killed while the server runs (pinned to its CPU, the",
+        "holding the %s waiters' connections is killed while the server runs (pinned to its CPU, the" % (
+            "{:,}".format(DISCONNECT_WAITERS)),
         "process on the other), as when a client host's process dies; the window ends when the server has",
         "no blocked client left and the module has let every closed wait go (`waiters_leaving` 0). Floor:",
         "blockfloor.c's `FLOOR.WAIT`, which only blocks (it lets its handles go only when served, so its",
