@@ -15,15 +15,18 @@
 #   waiting bench/waiting.py on every server of the matrix: waiting in the
 #           server against a BLPOP mutex and minimal modules (bench/floor/):
 #           the hot lock, memory per waiter, what a burst of waiters leaves,
-#           stalls while waiters disconnect and while leases end together
-#           (about 6 minutes per server): bench/waiting.md.
+#           stalls while waiters disconnect (the process holding them killed
+#           while the server runs: exclusive, shared, semaphore and multi-key
+#           waiters against the blocking floor and BLPOP) and while leases end
+#           together (about 11 minutes per server): bench/waiting.md.
 #   million bench/million.py on every server of the matrix: a million locks
 #           against a million SET NX PX strings (about 2 minutes per server):
 #           bench/million.md.
 # Every server is stopped on any exit.
 #
 # Environment: BENCH_REPS, BENCH_SCALE, BENCH_CONTENTION_S (see suite.py),
-# BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS and BENCH_WAITING_STALL_REPS (see waiting.py),
+# BENCH_NATIVE_REPS (see native.py), BENCH_WAITING_REPS, BENCH_WAITING_DISCONNECT_REPS and BENCH_WAITING_STALL_REPS
+# (see waiting.py),
 # BENCH_MILLION_REPS (see million.py); BENCH_ONLY=LIST runs only what LIST (comma
 # separated) names: suite pairs (1,2,...,6b) and/or the parts `callgrind`,
 # `stalls`, `native`, `waiting` and `million`; BENCH_PIN=0 to not pin the servers to CPU 0 and the

@@ -2,16 +2,20 @@
 connection sees while the server deals with many waiters at once, the
 module's against the server's own, each run on a fresh server.
 
-  disconnect  N connections wait (the module: LOCK.ACQUIRE md <token> PX
-              600000 BLOCK 0 behind a held lock; native: BLPOP md 0 on an
-              empty list; floor: FLOOR.ACQUIRE md <token> 0 of
-              bench/floor/lockfloor.c behind a held lock), all held by one
-              process, which is killed while the server is stopped
-              (SIGSTOP): the server finds every connection closed at once
-              when it resumes (SIGCONT). The window runs from the resumption
-              until the server has no blocked client and only the control
-              and PING connections left, plus 300 ms; a PING sent while the
-              server was stopped counts from the resumption.
+  disconnect  N connections wait, all held by one process, which is killed
+              while the server runs (pinned to its CPU, the killed process
+              on the clients'): the server finds the connections closed
+              as the kernel closes them, many per turn of its event loop.
+              Sides: the module's waiters of each kind, behind a held
+              lock — exclusive (LOCK.ACQUIRE md <token> PX 600000 BLOCK 0),
+              shared (... SHARED), semaphore (... LIMIT 1) and multi-key
+              (LOCK.ACQUIREALL 2 md md2 ...); the floor, a module command
+              that only blocks (FLOOR.WAIT of bench/floor/blockfloor.c);
+              native, BLPOP md 0 on an empty list. The window runs from the
+              kill until the server has no blocked client and only the
+              control and PING connections left, and the module has let
+              every closed wait go (INFO redislock waiters_leaving 0), plus
+              300 ms.
   storm       KEYS keys whose leases end at the same moment (the module:
               exclusive locks, WAITERS of them, spread evenly, with a
               waiter each — LOCK.ACQUIRE ... BLOCK 0 from connections held
@@ -110,42 +114,52 @@ def _clients(c):
     return int(info["connected_clients"]), int(info["blocked_clients"])
 
 
+DISCONNECT_SIDES = ("exclusive", "shared", "semaphore", "multi", "floor", "native")
+
+
+def _waiter_commands(c, side, n):
+    """The held locks, then one blocking command per waiter."""
+    hold = {"shared": [], "semaphore": ["LIMIT", 1], "multi": []}
+    if side in ("exclusive", "shared", "semaphore", "multi"):
+        c.call("LOCK.ACQUIRE", "md", "holder", "PX", 600000, *hold.get(side, []))
+    if side == "multi":
+        c.call("LOCK.ACQUIRE", "md2", "holder", "PX", 600000)
+        return [encode(["LOCK.ACQUIREALL", 2, "md", "md2", "w%d" % i, "PX", 600000, "BLOCK", 0])
+                for i in range(n)]
+    if side in ("exclusive", "shared", "semaphore"):
+        mode = {"exclusive": [], "shared": ["SHARED"], "semaphore": ["LIMIT", 1]}[side]
+        return [encode(["LOCK.ACQUIRE", "md", "w%d" % i, "PX", 600000, *mode, "BLOCK", 0]) for i in range(n)]
+    if side == "floor":
+        return [encode(["FLOOR.WAIT"])] * n
+    return [encode(["BLPOP", "md", 0])] * n
+
+
+def _let_go(c):
+    """Closed waits the module has still to let go (0 where it has none)."""
+    return int(c.info("redislock").get("redislock_waiters_leaving", 0))
+
+
 def disconnect_run(server, side, n, cpus):
     """(worst PING in ms, CPU of the server's main thread in ms until it let
     them all go: on an idle machine the stall is about that long, and other
     load moves the CPU time much less than the PING)."""
     c = server.c
-    c.call("DEL", "md")
-    if side == "module":
-        c.call("LOCK.ACQUIRE", "md", "holder", "PX", 600000)
-        commands = [encode(["LOCK.ACQUIRE", "md", "w%d" % i, "PX", 600000, "BLOCK", 0]) for i in range(n)]
-    elif side == "floor":
-        c.call("FLOOR.ACQUIRE", "md", "holder", 0)
-        commands = [encode(["FLOOR.ACQUIRE", "md", "w%d" % i, 0]) for i in range(n)]
-    else:
-        commands = [encode(["BLPOP", "md", 0])] * n
+    c.call("DEL", "md", "md2")
+    commands = _waiter_commands(c, side, n)
     with Holder(server.port, commands, cpus) as holder:
         wait_for("the waiters", lambda: _clients(c)[1] >= n)
         with _pinger(server.port) as p:
             time.sleep(TAIL_S)
-            # The server is stopped while the connections close, so that it
-            # finds them all closed at once, whatever the speed of the
-            # kernel closing them (else a race with the server, which
-            # varies with the load on the machine).
-            os.kill(server.pid, signal.SIGSTOP)
-            try:
-                holder.kill()
-                time.sleep(0.05)
-            finally:
-                cpu0 = _main_thread_cpu_s(server.pid)
-                t0 = time.monotonic()
-                os.kill(server.pid, signal.SIGCONT)
+            cpu0 = _main_thread_cpu_s(server.pid)
+            t0 = time.monotonic()
+            # As an operator's client process dies: the kernel closes its
+            # connections while the server runs.
+            holder.kill()
             # The control connection and the PING one are left.
-            wait_for("the waiters to go", lambda: _clients(c) == (2, 0))
+            wait_for("the waiters to go", lambda: _clients(c) == (2, 0) and _let_go(c) == 0)
             t1, cpu1 = time.monotonic(), _main_thread_cpu_s(server.pid)
             time.sleep(TAIL_S)
-    c.call("DEL", "md")
-    # A PING sent while the server was stopped counts from its resumption.
+    c.call("DEL", "md", "md2")
     waits = [t + rtt - max(t, t0) for t, rtt in p.finish() if t + rtt >= t0 and t <= t1 + TAIL_S]
     return max(waits) * 1000, (cpu1 - cpu0) * 1000
 

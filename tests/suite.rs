@@ -25,6 +25,7 @@ mod faults;
 mod fuzz_commands;
 mod guarded;
 mod kinds;
+mod leaving;
 mod multi;
 mod observe;
 mod persistence;

@@ -29,6 +29,9 @@ pub extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_in
         int("locks", crate::core::record::live().max(0));
         if for_crash_report == 0 {
             int("waiters", waiting::total() as i64);
+            // Waits whose connection closed, whose handle the server still
+            // keeps until the module releases it (a batch per timer pass).
+            int("waiters_leaving", waiting::leaving::count() as i64);
             // Clients blocked in LOCK.OBSERVE (not waiters: no queue).
             int("observers", observing::total() as i64);
             int("ephemeral_holds", ephemeral::count() as i64);

@@ -363,6 +363,8 @@ pub static RUNNER: Runner = Runner {
     look: |id| observed::changed_id(&id),
     reads_pending: observing::has_work,
     reads: observed::reads,
+    leaving_pending: waiting::leaving::pending,
+    release_leaving: waiting::leaving::release_batch,
 };
 
 /// A blocked client's deadline: an observer's or a waiter's.

@@ -84,6 +84,10 @@ pub struct Runner {
     /// Does the pending reads, in any server state, for one slice; true if
     /// the slice ended with some left.
     pub reads: fn(&Context, &Budget) -> bool,
+    /// Whether handles of waits whose connection closed are to be released.
+    pub leaving_pending: fn() -> bool,
+    /// Releases a batch of them, in any server state; true if some are left.
+    pub release_leaving: fn() -> bool,
 }
 
 /// Runs nothing: until the module's runner is registered.
@@ -97,6 +101,8 @@ static IDLE_RUNNER: Runner = Runner {
     look: |_| {},
     reads_pending: || false,
     reads: |_, _| false,
+    leaving_pending: || false,
+    release_leaving: || false,
 };
 
 thread_local! {
@@ -175,6 +181,12 @@ pub fn reads_pending(ctx: &Context) {
     rearm(ctx);
 }
 
+/// Handles of waits whose connection closed are to be released: the next
+/// pass starts on them.
+pub fn leaving_pending(ctx: &Context) {
+    rearm(ctx);
+}
+
 /// Forgets `job`; the timer goes too once nothing is pending. (A timer armed
 /// for a job cancelled while others remain fires once, finds nothing due,
 /// and is re-armed for what is left.)
@@ -204,6 +216,7 @@ fn idle() -> bool {
         && looks(|s| s.is_empty())
         && !(runner().background_pending)()
         && !(runner().reads_pending)()
+        && !(runner().leaving_pending)()
 }
 
 fn stop_if_idle() {
@@ -290,10 +303,16 @@ fn next_read() -> Option<i64> {
 
 /// Makes the one timer fire at the earliest job; stops it when none is left.
 fn rearm(ctx: &Context) {
-    let earliest = [deadlines(|s| s.earliest()), next_write(), next_read()]
-        .into_iter()
-        .flatten()
-        .min();
+    let leaving = (runner().leaving_pending)().then(ffi::now_ms);
+    let earliest = [
+        deadlines(|s| s.earliest()),
+        next_write(),
+        next_read(),
+        leaving,
+    ]
+    .into_iter()
+    .flatten()
+    .min();
     let (armed, wake) = (ARMED.with(Cell::get), WAKE_AT.with(Cell::get));
     let covered = earliest.is_some_and(|next| {
         armed.is_some_and(|(fires, _)| fires <= next) || wake.is_some_and(|at| at <= next)

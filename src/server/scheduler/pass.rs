@@ -19,6 +19,11 @@ pub(super) fn pass(ctx: &Context) {
     let budget = Budget::new(SLICE);
     let now = ffi::now_ms();
     stats::TIMER_PASSES.bump();
+    // Handles of waits whose connection closed: a batch, in any state (it
+    // writes nothing); the server's cost of each comes after the pass.
+    if (runner().leaving_pending)() {
+        catch_panic::callback(false, runner().release_leaving);
+    }
     // Deadlines first: they are cheap, and a wait must not outlive its
     // timeout because writes queue up. Reads last: they show observers
     // what the writes made of their locks.

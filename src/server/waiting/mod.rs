@@ -28,6 +28,7 @@ use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
 use crate::server::{catch_panic, reply, state, stats};
 
+pub mod leaving;
 mod multi;
 
 use multi::serve_locks_of;
@@ -389,7 +390,15 @@ unsafe extern "C" fn on_disconnect(
             return;
         };
         match w.stage {
-            Stage::Waiting => w.request.unblock(),
+            // It left its queues above; its handle is released now or, when
+            // many leave together, by a later pass (`leaving`).
+            Stage::Waiting => {
+                if let Some(client) = w.request.client.take() {
+                    if leaving::let_go(client) {
+                        scheduler::leaving_pending(&ctx);
+                    }
+                }
+            }
             // Already unblocked; nothing to give back.
             Stage::Refused(_) => {}
             Stage::Granted { fence } if !w.is_multi() => {
