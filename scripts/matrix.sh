@@ -3,6 +3,8 @@
 # 8.2, Valkey 8.1 and 9.1) the integration tests, one server after the other, and the client
 # libraries' suites (scripts/client-tests.sh), two servers' at a time beside them: every suite
 # starts its own servers on free ports and mostly waits on them, so on 2 cores they overlap well.
+# After each server's integration tests, the Rust client's tests against that server (`cargo test
+# -p redislock-client`, with its unit tests on the first server).
 # On the first server `cargo test --release` also runs the unit tests and the torture tests
 # (tests/torture.rs, tests/multi_torture.rs); make stress runs them on the others. The client
 # libraries' Cluster tests run on the first and last server only (`make test-clients` runs them
@@ -19,8 +21,11 @@ client_jobs=${CLIENT_JOBS:-2}
 servers=$(scripts/servers.sh) || exit 1
 first=$(head -n 1 <<<"$servers")
 last=$(tail -n 1 <<<"$servers")
-# Build every test binary first, so that compiler output does not mix with the runs.
+# Build every test binary first, so that compiler output does not mix with the runs. The Rust
+# client's (clients/rust) are built in the dev profile: the release profile's whole-program LTO
+# is the module's, and would only make them slower to build.
 "$cargo" test --release --no-run || exit 1
+"$cargo" test -p redislock-client --no-run || exit 1
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/redislock-matrix.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
@@ -53,6 +58,11 @@ for server in $servers; do
     echo "REDIS_SERVER=$server $cargo test --release --no-fail-fast ${tests[*]}"
     REDIS_SERVER=$server "$cargo" test --release --no-fail-fast "${tests[@]}" \
         || failed+=("$(label "$server"): cargo test")
+    # The Rust client: its unit tests on the first server's run, its tests against servers on each.
+    if [ "$server" = "$first" ]; then client=(); else client=(--test servers); fi
+    echo "REDIS_SERVER=$server $cargo test -p redislock-client --no-fail-fast ${client[*]}"
+    REDIS_SERVER=$server "$cargo" test -p redislock-client --no-fail-fast "${client[@]}" \
+        || failed+=("$(label "$server"): cargo test -p redislock-client")
 done
 wait "$queue"
 i=0

@@ -1,0 +1,1 @@
+//! The tokio front end.

@@ -1,0 +1,7 @@
+//! The client against real servers (`$REDIS_SERVER` with the module), each test on servers of
+//! its own: `cargo test -p redislock-client --test servers`.
+
+mod common;
+
+mod blocking;
+mod lease;
