@@ -1,1 +1,406 @@
-//! The tokio front end.
+//! The tokio front end: `Locker`, `Lock` and `Hold` as in the blocking one, awaited. The lease
+//! clocks and renewals of a runtime's holds run in one task of that runtime. Commands go on one
+//! multiplexed connection of the locker's own; each wait in the server on a connection of its
+//! own (dropping the `acquire` future closes it, and the server drops the waiter at once).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::error::{translate, Error, Result};
+use crate::core::lease::{Leased, LostReason};
+use crate::core::reply::{self, LockInfo};
+use crate::hold::{HoldState, OnLost, Shared};
+use crate::lost::{Lost, LostSignal};
+use crate::renewer::{runtime_keeper, Channel, Keeper};
+use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
+
+struct Inner {
+    client: redis::Client,
+    channel: Arc<Channel>,
+}
+
+impl Inner {
+    async fn send(
+        &self,
+        line: &[Vec<u8>],
+        bound: Duration,
+        name: &str,
+        what: &'static str,
+    ) -> Result<Value> {
+        match self.channel.send(line, bound, name, what).await {
+            Err(Error::Redis(e)) => Err(translate(e, name, what)),
+            other => other,
+        }
+    }
+
+    /// A wait, on a connection of its own.
+    async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
+        let run = async {
+            let mut conn = self.client.get_multiplexed_async_connection().await?;
+            args::cmd(line).query_async::<Value>(&mut conn).await
+        };
+        if bound == Duration::MAX {
+            return run.await.map(Some);
+        }
+        match tokio::time::timeout(bound, run).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}
+
+/// The entry point on one server (see the blocking [`crate::Locker`]). Clones share the
+/// connections.
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<Inner>,
+}
+
+impl Locker {
+    pub fn new(client: redis::Client) -> Locker {
+        Locker {
+            inner: Arc::new(Inner {
+                channel: Channel::new(client.clone()),
+                client,
+            }),
+        }
+    }
+
+    pub fn open<T: redis::IntoConnectionInfo>(url: T) -> Result<Locker> {
+        Ok(Locker::new(redis::Client::open(url)?))
+    }
+
+    /// The lock `name`: exclusive, a lease of 30 s renewed every third of it.
+    pub fn lock(&self, name: impl Into<Vec<u8>>) -> Lock {
+        Lock {
+            locker: self.clone(),
+            name: name.into(),
+            ttl: Ttl::from_duration(DEFAULT_LEASE),
+            mode: Mode::Exclusive,
+            auto_renew: true,
+            on_lost: None,
+            token: None,
+        }
+    }
+
+    /// `LOCK.INFO name`: `None` when nobody holds it.
+    pub async fn info(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let name = name.as_ref();
+        let lossy = String::from_utf8_lossy(name);
+        let v = self
+            .inner
+            .send(&args::info(name), COMMAND_TIMEOUT, &lossy, "info")
+            .await?;
+        reply::info(&v)
+    }
+}
+
+/// A lock and how to take it (see the blocking [`crate::Lock`]).
+#[derive(Clone)]
+pub struct Lock {
+    locker: Locker,
+    name: Vec<u8>,
+    ttl: Ttl,
+    mode: Mode,
+    auto_renew: bool,
+    on_lost: Option<OnLost>,
+    token: Option<Token>,
+}
+
+impl Lock {
+    pub fn ttl(mut self, ttl: Duration) -> Lock {
+        self.ttl = Ttl::from_duration(ttl);
+        self
+    }
+
+    pub fn mode(mut self, mode: Mode) -> Lock {
+        self.mode = mode;
+        self
+    }
+
+    pub fn auto_renew(mut self, on: bool) -> Lock {
+        self.auto_renew = on;
+        self
+    }
+
+    /// Called once per loss, in the runtime's renewal task (keep it short).
+    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    pub fn token(mut self, token: Token) -> Lock {
+        self.token = Some(token);
+        self
+    }
+
+    fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+
+    pub async fn info(&self) -> Result<Option<LockInfo>> {
+        self.locker.info(&self.name).await
+    }
+
+    /// Takes the lock if it is free now (and nobody waits for it): `None` if not.
+    pub async fn try_acquire(&self) -> Result<Option<Hold>> {
+        self.take(None).await
+    }
+
+    /// Takes the lock, waiting in the server up to `wait`; `Error::Busy` if not granted by then.
+    pub async fn acquire(&self, wait: Duration) -> Result<Hold> {
+        self.take(Some(Instant::now() + wait))
+            .await?
+            .ok_or_else(|| Error::Busy {
+                name: self.name_lossy(),
+            })
+    }
+
+    async fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        let inner = &self.locker.inner;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let name = self.name_lossy();
+        let mut attempt = Attempt::new(deadline);
+        loop {
+            let Some(wait) = attempt.wait(Instant::now()) else {
+                return Ok(None);
+            };
+            let line = Acquire {
+                name: &self.name,
+                token: &token,
+                ttl: self.ttl,
+                mode: self.mode,
+                ephemeral: false,
+                wait,
+                data: None,
+            }
+            .args();
+            let sent = Instant::now();
+            let answer = match wait {
+                Wait::No => match inner
+                    .channel
+                    .send(&line, COMMAND_TIMEOUT, &name, "acquire")
+                    .await
+                {
+                    Ok(v) => Ok(v),
+                    Err(Error::Redis(e)) => Err(e),
+                    Err(e) => return Err(e),
+                },
+                _ => match inner
+                    .wait(&line, Attempt::bound(wait, COMMAND_TIMEOUT))
+                    .await
+                {
+                    Ok(Some(v)) => Ok(v),
+                    Ok(None) => {
+                        return Err(Error::Timeout {
+                            name,
+                            what: "acquire",
+                        })
+                    }
+                    Err(e) => Err(e),
+                },
+            };
+            let v = match answer {
+                Ok(v) => v,
+                Err(e) => match attempt.failed(e, &name, Instant::now()) {
+                    Next::Again => continue,
+                    Next::Pause(d) => {
+                        tokio::time::sleep(d).await;
+                        continue;
+                    }
+                    Next::NotGranted => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
+            };
+            let Some((granted, fence)) = reply::grant(&v)? else {
+                if attempt.wait_on(Instant::now()) {
+                    continue;
+                }
+                return Ok(None);
+            };
+            let mut sent = sent;
+            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
+                let renew_sent = Instant::now();
+                let line = args::extend(&self.name, &granted, self.ttl);
+                match inner
+                    .send(&line, COMMAND_TIMEOUT, &name, "acquire")
+                    .await
+                    .map(|v| reply::one(&v, ""))
+                {
+                    Ok(Ok(true)) => sent = renew_sent,
+                    Ok(Ok(false)) => continue,
+                    _ => {}
+                }
+            }
+            let state = HoldState::new(
+                self.name.clone(),
+                granted,
+                fence,
+                self.ttl.millis(),
+                sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            let keeper = runtime_keeper();
+            keeper.add(&state);
+            return Ok(Some(Hold {
+                state,
+                locker: self.locker.clone(),
+                keeper,
+                done: false,
+            }));
+        }
+    }
+}
+
+/// A grant (see the blocking [`crate::Hold`]). Dropped unreleased, it is released by a task
+/// spawned on the current runtime.
+pub struct Hold {
+    state: Shared,
+    locker: Locker,
+    keeper: Arc<Keeper>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("name", &self.state.name_lossy())
+            .field("fence", &self.state.fence)
+            .finish()
+    }
+}
+
+impl Hold {
+    pub fn fence(&self) -> u64 {
+        self.state.fence
+    }
+
+    pub fn token(&self) -> &[u8] {
+        &self.state.token
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.state.name
+    }
+
+    /// Held by the lease clock (asks nothing of the server).
+    pub fn is_held(&self) -> bool {
+        !self.done && !self.state.left().is_zero()
+    }
+
+    pub fn lease_left(&self) -> Duration {
+        self.state.left()
+    }
+
+    /// Set when the hold is lost; `hold.lost().wait().await` waits for it.
+    pub fn lost(&self) -> LostSignal {
+        self.state.signal.clone()
+    }
+
+    fn bound(&self) -> Duration {
+        self.lease_left().max(Duration::from_secs(1))
+    }
+
+    /// Sets the lease to `ttl` from now (see the blocking [`crate::Hold::extend`]).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let name = self.state.name_lossy();
+        if self.done || self.state.lease().lost.is_some() {
+            return Err(Error::Lost { name });
+        }
+        let ttl = Ttl::from_duration(ttl);
+        let sent = Instant::now();
+        let line = args::extend(&self.state.name, &self.state.token, ttl);
+        let answer = self
+            .locker
+            .inner
+            .send(&line, self.bound(), &name, "extend")
+            .await;
+        match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
+            Ok(true) => {
+                let moved = {
+                    let mut lease = self.state.lease();
+                    (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
+                };
+                if moved.is_some() {
+                    self.keeper.add(&self.state);
+                }
+                Ok(())
+            }
+            Ok(false) | Err(Error::NotOwner { .. }) => {
+                let end = {
+                    let mut lease = self.state.lease();
+                    lease
+                        .mark_lost(Instant::now(), LostReason::Gone)
+                        .then_some(lease.end)
+                };
+                if let Some(end) = end {
+                    self.keeper.remove(&self.state);
+                    self.state.signal_lost(LostReason::Gone, end);
+                }
+                Err(Error::NotOwner { name })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Gives the lock back (see the blocking [`crate::Hold::release`]).
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        release(
+            self.state.clone(),
+            self.locker.clone(),
+            self.keeper.clone(),
+            self.bound(),
+        )
+        .await
+    }
+}
+
+async fn release(
+    state: Shared,
+    locker: Locker,
+    keeper: Arc<Keeper>,
+    bound: Duration,
+) -> Result<()> {
+    let lost = {
+        let lease = state.lease();
+        lease.lost.is_some() || lease.left(Instant::now()).is_zero()
+    };
+    keeper.remove(&state);
+    let name = state.name_lossy();
+    let line = args::release(&state.name, &state.token);
+    let v = locker.inner.send(&line, bound, &name, "release").await?;
+    let released = reply::one(&v, "LOCK.RELEASE")?;
+    if lost {
+        Err(Error::Lost { name })
+    } else if !released {
+        Err(Error::NotOwner { name })
+    } else {
+        Ok(())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.keeper.remove(&self.state);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let bound = self.bound();
+            rt.spawn(release(
+                self.state.clone(),
+                self.locker.clone(),
+                self.keeper.clone(),
+                bound,
+            ));
+        }
+    }
+}

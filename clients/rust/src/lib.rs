@@ -57,12 +57,4 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 /// The bound of a command that has no tighter one (a try, `info`).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long after its own timeout the answer to a wait may still come (one crossing of the
-/// network): past it, `Error::Timeout`.
-pub const WAIT_GRACE: Duration = Duration::from_millis(450);
-
-/// A wait answered empty this much before its end was cut short: it goes on.
-const CUT_SHORT: Duration = Duration::from_millis(20);
-
-/// The pause between tries while the key holds a plain string.
-const POLL_PAUSE: Duration = Duration::from_millis(100);
+pub use crate::core::acquire::WAIT_GRACE;

@@ -39,6 +39,7 @@ impl Channel {
         args: &[Vec<u8>],
         bound: Duration,
         name: &str,
+        what: &'static str,
     ) -> Result<Value, Error> {
         let attempt = async {
             let mut conn = {
@@ -66,7 +67,7 @@ impl Channel {
                 *self.conn.lock().await = None;
                 Err(Error::Timeout {
                     name: name.to_string(),
-                    what: "renewal",
+                    what,
                 })
             }
         }
@@ -129,7 +130,11 @@ impl Keeper {
 async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {
     let ttl_ms = hold.lease().ttl_ms;
     let line = args::extend(&hold.name, &hold.token, Ttl::Px(ttl_ms));
-    let outcome = match hold.channel.send(&line, bound, &hold.name_lossy()).await {
+    let outcome = match hold
+        .channel
+        .send(&line, bound, &hold.name_lossy(), "renewal")
+        .await
+    {
         Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
             Ok(true) => Renewed::Extended,
             Ok(false) => Renewed::Gone,
@@ -177,7 +182,6 @@ pub(crate) fn blocking_keeper() -> Arc<Keeper> {
 
 /// The keeper of the current tokio runtime: one task per runtime, started with its first hold
 /// (it ends with the runtime).
-#[allow(dead_code)]
 pub(crate) fn runtime_keeper() -> Arc<Keeper> {
     static KEEPERS: OnceLock<Mutex<HashMap<tokio::runtime::Id, Weak<Keeper>>>> = OnceLock::new();
     let handle = tokio::runtime::Handle::current();

@@ -107,8 +107,12 @@ fn a_partitioned_holder_is_lost_before_anyone_else_is_granted() {
         })
         .acquire(SEC)
         .unwrap();
-    // Once a renewal went through (its connection is open), the next ones are held back.
-    until(10 * SEC, "a renewal", || server.calls("lock.extend") >= 1);
+    // Once a renewal was answered (its connection is open, the holder's lease clock moved
+    // past the grant's), the next ones are held back.
+    let granted_at = Instant::now();
+    until(10 * SEC, "a renewal answered", || {
+        granted_at.elapsed() > 450 * MS && hold.lease_left() > 1100 * MS
+    });
     proxy.hold();
 
     // The other client waits in the server, with plain commands.

@@ -3,5 +3,6 @@
 
 mod common;
 
+mod aio;
 mod blocking;
 mod lease;

@@ -8,14 +8,14 @@ use std::time::{Duration, Instant};
 
 pub use hold::Hold;
 
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
-use crate::core::error::{is_wrong_type, reply_text, translate, Error, Result};
-use crate::core::lease::renew_at_once;
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::error::{translate, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::Lost;
 use crate::renewer::{blocking_keeper, Channel};
-use crate::{CUT_SHORT, DEFAULT_LEASE, POLL_PAUSE, WAIT_GRACE};
+use crate::DEFAULT_LEASE;
 
 pub(crate) struct LockerInner {
     pub(crate) conns: conn::Conns,
@@ -168,14 +168,10 @@ impl Lock {
     fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mut requeued = false;
+        let mut attempt = Attempt::new(deadline);
         loop {
-            let wait = match deadline {
-                None => Wait::No,
-                Some(d) => match Wait::left(d.saturating_duration_since(Instant::now())) {
-                    Some(w) => w,
-                    None => return Ok(None),
-                },
+            let Some(wait) = attempt.wait(Instant::now()) else {
+                return Ok(None);
             };
             let line = Acquire {
                 name: &self.name,
@@ -187,44 +183,27 @@ impl Lock {
                 data: None,
             }
             .args();
-            let bound = match wait {
-                Wait::Millis(ms) => Duration::from_millis(ms) + WAIT_GRACE,
-                _ => inner.timeout,
-            };
             let sent = Instant::now();
-            let answer = inner.conns.send(&line, bound);
-            let v = match answer {
+            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
                 Ok(v) => v,
-                Err(e) => {
-                    let text = reply_text(&e);
-                    if text.as_deref().is_some_and(is_wrong_type) {
-                        // A plain string under the name: not granted; a wait polls until it is
-                        // gone or the wait is over.
-                        match deadline {
-                            Some(d) if d > Instant::now() + POLL_PAUSE => {
-                                std::thread::sleep(POLL_PAUSE);
-                                continue;
-                            }
-                            _ => return Ok(None),
-                        }
-                    }
-                    if text.is_none() && deadline.is_some() && !requeued && !e.is_timeout() {
-                        // The wait's connection dropped: sent once more with the time left.
-                        requeued = true;
+                Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
+                    Next::Again => continue,
+                    Next::Pause(d) => {
+                        std::thread::sleep(d);
                         continue;
                     }
-                    return Err(translate(e, &self.name_lossy(), "acquire"));
-                }
+                    Next::NotGranted => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
             };
             let Some((granted, fence)) = reply::grant(&v)? else {
-                if deadline.is_some_and(|d| d.saturating_duration_since(Instant::now()) > CUT_SHORT)
-                {
+                if attempt.wait_on(Instant::now()) {
                     continue; // cut short: wait on
                 }
                 return Ok(None);
             };
             let mut sent = sent;
-            if deadline.is_some() && renew_at_once(sent, Instant::now(), self.ttl.millis()) {
+            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
                 // Granted after a wait: the lease began at the grant; renew now so that the
                 // lease clock starts from a known moment.
                 let renew_sent = Instant::now();

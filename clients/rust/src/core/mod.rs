@@ -2,6 +2,7 @@
 //! the lease clock and the renewal schedule. The blocking and the tokio front ends only carry
 //! requests out.
 
+pub mod acquire;
 pub mod args;
 pub mod error;
 pub mod lease;
