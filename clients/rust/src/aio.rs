@@ -10,7 +10,7 @@ use redis::Value;
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
-use crate::core::error::{translate, Error, Result};
+use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::lease::{Leased, LostReason};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
@@ -24,6 +24,20 @@ struct Inner {
 }
 
 impl Inner {
+    /// A guarded write (LOCK.CALL, LOCK.FENCE): its inner reply, or its error untranslated.
+    async fn guarded<T: redis::FromRedisValue>(
+        &self,
+        line: &[Vec<u8>],
+        name: &str,
+        what: &'static str,
+    ) -> Result<T> {
+        match self.channel.send(line, COMMAND_TIMEOUT, name, what).await {
+            Ok(v) => reply::inner(v),
+            Err(Error::Redis(e)) => Err(translate_guarded(e, name, what)),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn send(
         &self,
         line: &[Vec<u8>],
@@ -96,6 +110,23 @@ impl Locker {
             .send(&args::info(name), COMMAND_TIMEOUT, &lossy, "info")
             .await?;
         reply::info(&v)
+    }
+}
+
+impl Locker {
+    /// LOCK.FENCE (see the blocking [`crate::Locker::fence`]).
+    pub async fn fence<T: redis::FromRedisValue>(
+        &self,
+        gate: impl AsRef<[u8]>,
+        fence: u64,
+        command: &redis::Cmd,
+    ) -> Result<T> {
+        let gate = gate.as_ref();
+        let fence_arg = fence.to_string();
+        let line = args::guarded_cmd(&[b"LOCK.FENCE", gate, fence_arg.as_bytes()], command);
+        self.inner
+            .guarded(&line, &String::from_utf8_lossy(gate), "fence")
+            .await
     }
 }
 
@@ -347,6 +378,18 @@ impl Hold {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// LOCK.CALL (see the blocking [`crate::Hold::call`]).
+    pub async fn call<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
+        let line = args::guarded_cmd(
+            &[b"LOCK.CALL", &self.state.name, &self.state.token],
+            command,
+        );
+        self.locker
+            .inner
+            .guarded(&line, &self.state.name_lossy(), "call")
+            .await
     }
 
     /// Gives the lock back (see the blocking [`crate::Hold::release`]).

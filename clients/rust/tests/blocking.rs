@@ -114,3 +114,32 @@ fn waiters_are_served_first_come_first_served() {
     assert!(fence2 > fence);
     drop(waiters.remove(0).join().unwrap());
 }
+
+/// A stopped server (SIGSTOP): a wait ends with `Error::Timeout` once its time and the grace
+/// are over, whether the locker had a connection open or opens one then.
+#[test]
+fn a_stopped_server_times_out_a_wait() {
+    let server = Server::start();
+    let warm = Locker::open(server.url().as_str()).unwrap();
+    assert!(warm.info("lock:stopped").unwrap().is_none());
+    let cold = Locker::open(server.url().as_str()).unwrap();
+    // SAFETY: signalling the test's own server process (Server::drop sends SIGCONT).
+    unsafe {
+        libc::kill(server.pid(), libc::SIGSTOP);
+    }
+    for locker in [warm, cold] {
+        let started = std::time::Instant::now();
+        let err = locker
+            .lock("lock:stopped")
+            .acquire(Duration::from_millis(300))
+            .unwrap_err();
+        let took = started.elapsed();
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+        assert!(took >= Duration::from_millis(300), "{took:?}");
+        assert!(took < Duration::from_secs(3), "{took:?}");
+    }
+    // SAFETY: as above.
+    unsafe {
+        libc::kill(server.pid(), libc::SIGCONT);
+    }
+}

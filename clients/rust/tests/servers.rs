@@ -5,4 +5,5 @@ mod common;
 
 mod aio;
 mod blocking;
+mod guarded;
 mod lease;

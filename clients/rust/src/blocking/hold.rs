@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
-use crate::core::error::{translate, Error, Result};
+use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::lease::{Leased, LostReason};
 use crate::core::reply;
 use crate::hold::Shared;
@@ -143,6 +143,23 @@ impl Hold {
                     .map(|h| h.fence == self.state.fence)
             })
             .unwrap_or(false))
+    }
+
+    /// Runs `command` in the server atomically if this hold is still the lock's (LOCK.CALL),
+    /// sent once: its reply as the redis crate gives it for the command sent directly, or its
+    /// error as an `Error::Redis`; `Error::NotOwner` if the hold is gone (nothing ran).
+    pub fn call<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
+        let name = self.name_lossy();
+        let line = args::guarded_cmd(
+            &[b"LOCK.CALL", &self.state.name, &self.state.token],
+            command,
+        );
+        let v = self
+            .locker
+            .conns
+            .send(&line, self.locker.timeout)
+            .map_err(|e| translate_guarded(e, &name, "call"))?;
+        reply::inner(v)
     }
 
     /// Gives the lock back. `Error::NotOwner` if the server no longer had it, `Error::Lost` if

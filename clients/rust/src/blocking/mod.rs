@@ -10,7 +10,7 @@ pub use hold::Hold;
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
-use crate::core::error::{translate, Error, Result};
+use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::Lost;
@@ -76,6 +76,29 @@ impl Locker {
             .send(&args::info(name), self.inner.timeout)
             .map_err(|e| translate(e, &String::from_utf8_lossy(name), "info"))?;
         reply::info(&v)
+    }
+}
+
+impl Locker {
+    /// Runs `command` atomically if `fence` is at least the highest fence the gate key `gate`
+    /// accepted (LOCK.FENCE), sent once: its reply as the redis crate gives it for the command
+    /// sent directly, or its error as an `Error::Redis`; `Error::StaleFence` if a newer fence
+    /// passed the gate (nothing ran).
+    pub fn fence<T: redis::FromRedisValue>(
+        &self,
+        gate: impl AsRef<[u8]>,
+        fence: u64,
+        command: &redis::Cmd,
+    ) -> Result<T> {
+        let gate = gate.as_ref();
+        let fence_arg = fence.to_string();
+        let line = args::guarded_cmd(&[b"LOCK.FENCE", gate, fence_arg.as_bytes()], command);
+        let v = self
+            .inner
+            .conns
+            .send(&line, self.inner.timeout)
+            .map_err(|e| translate_guarded(e, &String::from_utf8_lossy(gate), "fence"))?;
+        reply::inner(v)
     }
 }
 

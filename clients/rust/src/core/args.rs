@@ -165,6 +165,19 @@ pub fn guarded(head: &[&[u8]], command: &[Vec<u8>]) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// `LOCK.CALL name token` or `LOCK.FENCE gate fence` (`head`) before the arguments of
+/// `command`, a command of the redis crate (a cursor argument is sent as 0).
+pub fn guarded_cmd(head: &[&[u8]], command: &redis::Cmd) -> Vec<Vec<u8>> {
+    let inner: Vec<Vec<u8>> = command
+        .args_iter()
+        .map(|a| match a {
+            redis::Arg::Simple(b) => b.to_vec(),
+            _ => b"0".to_vec(), // a cursor
+        })
+        .collect();
+    guarded(head, &inner)
+}
+
 /// `args` as a command of the redis crate.
 pub fn cmd(args: &[Vec<u8>]) -> redis::Cmd {
     let mut c = redis::Cmd::new();
@@ -231,6 +244,12 @@ mod tests {
             "LOCK.EXTEND k t PX 10"
         );
         assert_eq!(text(info(b"k")), "LOCK.INFO k");
+        let mut set = redis::cmd("SET");
+        set.arg("x").arg(5);
+        assert_eq!(
+            text(guarded_cmd(&[b"LOCK.FENCE", b"g", b"7"], &set)),
+            "LOCK.FENCE g 7 SET x 5"
+        );
         assert_eq!(
             text(guarded(
                 &[b"LOCK.CALL", b"k", b"t"],

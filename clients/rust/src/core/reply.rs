@@ -40,6 +40,12 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
+/// The inner command's reply of a guarded write (LOCK.CALL, LOCK.FENCE), as the redis crate
+/// converts it for the command sent directly.
+pub fn inner<T: redis::FromRedisValue>(v: Value) -> Result<T, Error> {
+    redis::from_redis_value(v).map_err(|e| Error::Redis(e.into()))
+}
+
 /// LOCK.ACQUIRE: `Some((token, fence))` when granted, `None` when not (nil).
 pub fn grant(v: &Value) -> Result<Option<(Vec<u8>, u64)>, Error> {
     match v {
