@@ -43,6 +43,9 @@ mod renewer;
 
 use std::time::Duration;
 
+/// The redis crate this client is built on (for `redis::cmd` in guarded writes).
+pub use redis;
+
 pub use crate::blocking::{Hold, Lock, Locker};
 pub use crate::core::args::{Mode, Token};
 pub use crate::core::error::{Error, Result};
