@@ -15,6 +15,7 @@ use crate::core::lease::{Leased, LostReason};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
+use crate::owned;
 use crate::renewer::{runtime_keeper, Channel, Keeper};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
 
@@ -24,6 +25,24 @@ struct Inner {
 }
 
 impl Inner {
+    /// A request of a hold: on its own connection if it is bound, else on the locker's.
+    async fn send_hold(
+        &self,
+        hold: &Shared,
+        line: &[Vec<u8>],
+        bound: Duration,
+        what: &'static str,
+    ) -> Result<Value> {
+        if !hold.channel.is_owned() {
+            return self.send(line, bound, &hold.name_lossy(), what).await;
+        }
+        let name = hold.name_lossy();
+        match hold.channel.send(line, bound, &name, what).await {
+            Err(Error::Redis(e)) => Err(translate(e, &name, what)),
+            other => other,
+        }
+    }
+
     /// A guarded write (LOCK.CALL, LOCK.FENCE): its inner reply, or its error untranslated.
     async fn guarded<T: redis::FromRedisValue>(
         &self,
@@ -98,6 +117,7 @@ impl Locker {
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 
@@ -140,6 +160,7 @@ pub struct Lock {
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl Lock {
@@ -169,6 +190,12 @@ impl Lock {
         self
     }
 
+    /// Bind each grant to a connection of its own (see the blocking [`crate::Lock::ephemeral`]).
+    pub fn ephemeral(mut self, on: bool) -> Lock {
+        self.ephemeral = on;
+        self
+    }
+
     fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
@@ -191,7 +218,44 @@ impl Lock {
             })
     }
 
+    async fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let spec = owned::Spec {
+            name: &self.name,
+            token: &token,
+            ttl: self.ttl,
+            mode: self.mode,
+        };
+        let Some(g) =
+            owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?
+        else {
+            return Ok(None);
+        };
+        let state = HoldState::new(
+            self.name.clone(),
+            g.token,
+            g.fence,
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            g.channel,
+        );
+        let keeper = runtime_keeper();
+        keeper.add(&state);
+        g.watch.attach(&state, keeper.clone());
+        Ok(Some(Hold {
+            state,
+            locker: self.locker.clone(),
+            keeper,
+            done: false,
+        }))
+    }
+
     async fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        if self.ephemeral {
+            return self.take_bound(deadline).await;
+        }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
         let name = self.name_lossy();
@@ -350,7 +414,7 @@ impl Hold {
         let answer = self
             .locker
             .inner
-            .send(&line, self.bound(), &name, "extend")
+            .send_hold(&self.state, &line, self.bound(), "extend")
             .await;
         match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
             Ok(true) => {
@@ -364,16 +428,7 @@ impl Hold {
                 Ok(())
             }
             Ok(false) | Err(Error::NotOwner { .. }) => {
-                let end = {
-                    let mut lease = self.state.lease();
-                    lease
-                        .mark_lost(Instant::now(), LostReason::Gone)
-                        .then_some(lease.end)
-                };
-                if let Some(end) = end {
-                    self.keeper.remove(&self.state);
-                    self.state.signal_lost(LostReason::Gone, end);
-                }
+                self.state.lose(&self.keeper, LostReason::Gone);
                 Err(Error::NotOwner { name })
             }
             Err(e) => Err(e),
@@ -418,11 +473,21 @@ async fn release(
     keeper.remove(&state);
     let name = state.name_lossy();
     let line = args::release(&state.name, &state.token);
-    let v = locker.inner.send(&line, bound, &name, "release").await?;
-    let released = reply::one(&v, "LOCK.RELEASE")?;
+    // As the blocking release: nothing to send for a lost bound hold.
+    let released = if lost && state.channel.is_owned() {
+        Ok(false)
+    } else {
+        let answer = locker
+            .inner
+            .send_hold(&state, &line, bound, "release")
+            .await;
+        answer.and_then(|v| reply::one(&v, "LOCK.RELEASE"))
+    };
+    state.close_owned();
     if lost {
-        Err(Error::Lost { name })
-    } else if !released {
+        return Err(Error::Lost { name });
+    }
+    if !released? {
         Err(Error::NotOwner { name })
     } else {
         Ok(())

@@ -67,6 +67,27 @@ impl HoldState {
         self.lease().left(Instant::now())
     }
 
+    /// The hold is lost as of now (found gone, or its connection closed): signalled, once.
+    pub fn lose(self: &Shared, keeper: &crate::renewer::Keeper, why: LostReason) {
+        let end = {
+            let mut lease = self.lease();
+            lease.mark_lost(Instant::now(), why).then_some(lease.end)
+        };
+        if let Some(end) = end {
+            keeper.remove(self);
+            self.signal_lost(why, end);
+            self.close_owned();
+        }
+    }
+
+    /// A bound hold's connection has nothing more to carry once the hold ended: closed.
+    pub fn close_owned(&self) {
+        if self.channel.is_owned() {
+            let channel = self.channel.clone();
+            crate::renewer::spawn(async move { channel.close().await });
+        }
+    }
+
     /// Signals the loss that the lease clock recorded (once: the caller marked it lost).
     pub fn signal_lost(&self, why: LostReason, lease_end: Instant) {
         let lost = Lost {

@@ -39,6 +39,7 @@ pub mod core;
 mod blocking;
 mod hold;
 mod lost;
+mod owned;
 mod renewer;
 
 use std::time::Duration;

@@ -19,17 +19,37 @@ use crate::hold::Shared;
 
 /// Where the renewals of a locker's holds go: one multiplexed connection of the locker's own,
 /// opened when first needed and again after a failure.
+///
+/// A bound hold's channel is its owned connection (`owned`): never opened again, and closed
+/// only when the hold ends (closing it ends the hold in the server).
 pub(crate) struct Channel {
-    client: redis::Client,
+    client: Option<redis::Client>,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
 }
 
 impl Channel {
     pub fn new(client: redis::Client) -> Arc<Channel> {
         Arc::new(Channel {
-            client,
+            client: Some(client),
             conn: tokio::sync::Mutex::new(None),
         })
+    }
+
+    /// The channel of a bound hold: the connection it was granted on.
+    pub fn owned(conn: MultiplexedConnection) -> Arc<Channel> {
+        Arc::new(Channel {
+            client: None,
+            conn: tokio::sync::Mutex::new(Some(conn)),
+        })
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.client.is_none()
+    }
+
+    /// Closes the connection (of a bound hold: the server releases what is left of the hold).
+    pub async fn close(&self) {
+        *self.conn.lock().await = None;
     }
 
     /// Sends `args`, within `bound`: `Error::Timeout` past it (the connection is then dropped:
@@ -47,7 +67,13 @@ impl Channel {
                 match slot.as_ref() {
                     Some(c) => c.clone(),
                     None => {
-                        let c = self.client.get_multiplexed_async_connection().await?;
+                        let Some(client) = &self.client else {
+                            return Err(redis::RedisError::from(std::io::Error::new(
+                                std::io::ErrorKind::NotConnected,
+                                "the hold's own connection is closed",
+                            )));
+                        };
+                        let c = client.get_multiplexed_async_connection().await?;
                         *slot = Some(c.clone());
                         c
                     }
@@ -58,13 +84,15 @@ impl Channel {
         match tokio::time::timeout(bound, attempt).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => {
-                if reply_text(&e).is_none() {
+                if reply_text(&e).is_none() && !self.is_owned() {
                     *self.conn.lock().await = None;
                 }
                 Err(Error::Redis(e))
             }
             Err(_) => {
-                *self.conn.lock().await = None;
+                if !self.is_owned() {
+                    *self.conn.lock().await = None;
+                }
                 Err(Error::Timeout {
                     name: name.to_string(),
                     what,
@@ -112,6 +140,7 @@ impl Keeper {
             for (_, hold) in due.lost {
                 let end = hold.lease().end;
                 hold.signal_lost(LostReason::LeaseRanOut, end);
+                hold.close_owned();
             }
             match next {
                 Some(at) => {
@@ -153,6 +182,7 @@ async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant
         Some(end) => {
             keeper.remove(&hold);
             hold.signal_lost(LostReason::Gone, end);
+            hold.close_owned();
         }
         None => keeper.add(&hold),
     }
@@ -160,24 +190,48 @@ async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant
 
 /// The keeper of the blocking front end: one for the process, on a thread of its own.
 pub(crate) fn blocking_keeper() -> Arc<Keeper> {
-    static KEEPER: OnceLock<Arc<Keeper>> = OnceLock::new();
-    KEEPER
-        .get_or_init(|| {
-            let keeper = Arc::new(Keeper::default());
-            let running = keeper.clone();
-            std::thread::Builder::new()
-                .name("redislock-renew".into())
-                .spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("the renewal thread's runtime");
-                    rt.block_on(running.run());
-                })
-                .expect("the renewal thread");
-            keeper
-        })
-        .clone()
+    blocking().0.clone()
+}
+
+fn blocking() -> &'static (Arc<Keeper>, tokio::runtime::Handle) {
+    static KEEPER: OnceLock<(Arc<Keeper>, tokio::runtime::Handle)> = OnceLock::new();
+    KEEPER.get_or_init(|| {
+        let keeper = Arc::new(Keeper::default());
+        let running = keeper.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("redislock-renew".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the renewal thread's runtime");
+                let _ = tx.send(rt.handle().clone());
+                rt.block_on(running.run());
+            })
+            .expect("the renewal thread");
+        (keeper, rx.recv().expect("the renewal thread's runtime"))
+    })
+}
+
+/// Runs `work` on the current runtime, or else on the renewal thread's.
+pub(crate) fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(work: F) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(work)),
+        Err(_) => drop(blocking().1.spawn(work)),
+    }
+}
+
+/// Runs `work` on the renewal thread's runtime and waits for it (the blocking front end's
+/// requests on a bound hold's own connection, which lives there).
+pub(crate) fn run_blocking<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    blocking().1.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    rx.recv().expect("the renewal thread runs")
 }
 
 /// The keeper of the current tokio runtime: one task per runtime, started with its first hold

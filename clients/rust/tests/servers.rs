@@ -5,5 +5,6 @@ mod common;
 
 mod aio;
 mod blocking;
+mod ephemeral;
 mod guarded;
 mod lease;

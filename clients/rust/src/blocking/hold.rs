@@ -88,10 +88,7 @@ impl Hold {
         let sent = Instant::now();
         let line = args::extend(&self.state.name, &self.state.token, ttl);
         let answer = self
-            .locker
-            .conns
-            .send(&line, self.bound())
-            .map_err(|e| translate(e, &self.name_lossy(), "extend"))
+            .send(line, self.bound(), "extend")
             .and_then(|v| reply::one(&v, "LOCK.EXTEND"));
         match answer {
             Ok(true) => {
@@ -115,13 +112,32 @@ impl Hold {
     }
 
     fn lose(&self, why: LostReason) {
-        let end = {
-            let mut lease = self.state.lease();
-            lease.mark_lost(Instant::now(), why).then_some(lease.end)
-        };
-        if let Some(end) = end {
-            self.keeper.remove(&self.state);
-            self.state.signal_lost(why, end);
+        self.state.lose(&self.keeper, why);
+    }
+
+    /// Sends a request of the hold: on its own connection if it is bound (`EPHEMERAL`), else
+    /// on the locker's.
+    fn send(
+        &self,
+        line: Vec<Vec<u8>>,
+        bound: Duration,
+        what: &'static str,
+    ) -> Result<redis::Value> {
+        let name = self.name_lossy();
+        if !self.state.channel.is_owned() {
+            return self
+                .locker
+                .conns
+                .send(&line, bound)
+                .map_err(|e| translate(e, &name, what));
+        }
+        let channel = self.state.channel.clone();
+        let label = name.clone();
+        match crate::renewer::run_blocking(
+            async move { channel.send(&line, bound, &label, what).await },
+        ) {
+            Err(Error::Redis(e)) => Err(translate(e, &name, what)),
+            other => other,
         }
     }
 
@@ -183,15 +199,20 @@ impl Hold {
         self.keeper.remove(&self.state);
         let name = self.name_lossy();
         let line = args::release(&self.state.name, &self.state.token);
-        let released = self
-            .locker
-            .conns
-            .send(&line, bound)
-            .map_err(|e| translate(e, &name, "release"))
-            .and_then(|v| reply::one(&v, "LOCK.RELEASE"))?;
+        // A lost bound hold's connection was closed, and the server released the hold then:
+        // nothing to send. Any other hold is released whatever the lease clock says (freeing
+        // what the server may still have of it).
+        let released = if lost && self.state.channel.is_owned() {
+            Ok(false)
+        } else {
+            self.send(line, bound, "release")
+                .and_then(|v| reply::one(&v, "LOCK.RELEASE"))
+        };
+        self.state.close_owned();
         if lost {
-            Err(Error::Lost { name })
-        } else if !released {
+            return Err(Error::Lost { name });
+        }
+        if !released? {
             Err(Error::NotOwner { name })
         } else {
             Ok(())

@@ -14,6 +14,7 @@ use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::Lost;
+use crate::owned;
 use crate::renewer::{blocking_keeper, Channel};
 use crate::DEFAULT_LEASE;
 
@@ -64,6 +65,7 @@ impl Locker {
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 
@@ -113,6 +115,7 @@ pub struct Lock {
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl std::fmt::Debug for Lock {
@@ -160,6 +163,16 @@ impl Lock {
         self
     }
 
+    /// Bind each grant to a connection opened for it alone (`EPHEMERAL`): the grant, renewals,
+    /// extensions and release go on it; when it closes, the server releases the hold at once,
+    /// and the hold is signalled lost as soon as the socket reports the close
+    /// (`LostReason::ConnectionClosed`). A successor may be granted before that: write with
+    /// the fence.
+    pub fn ephemeral(mut self, on: bool) -> Lock {
+        self.ephemeral = on;
+        self
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -188,7 +201,52 @@ impl Lock {
             })
     }
 
+    fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        let inner = &self.locker.inner;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let (client, name, ttl, mode) = (
+            inner.conns.client().clone(),
+            self.name.clone(),
+            self.ttl,
+            self.mode,
+        );
+        let granted = crate::renewer::run_blocking(async move {
+            let spec = owned::Spec {
+                name: &name,
+                token: &token,
+                ttl,
+                mode,
+            };
+            owned::acquire(&client, spec, Attempt::new(deadline)).await
+        })?;
+        let Some(g) = granted else {
+            return Ok(None);
+        };
+        let state = HoldState::new(
+            self.name.clone(),
+            g.token,
+            g.fence,
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            g.channel,
+        );
+        let keeper = blocking_keeper();
+        keeper.add(&state);
+        g.watch.attach(&state, keeper.clone());
+        Ok(Some(Hold {
+            state,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
+    }
+
     fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        if self.ephemeral {
+            return self.take_bound(deadline);
+        }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
         let mut attempt = Attempt::new(deadline);
