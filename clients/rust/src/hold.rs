@@ -9,8 +9,8 @@ use crate::core::lease::{Lease, Leased, LostReason};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::Channel;
 
-/// The callback of a loss: runs once per loss, on the renewal thread (blocking) or task (tokio);
-/// keep it short.
+/// The callback of a loss: runs once per loss, on the renewal thread (blocking) or task (tokio),
+/// right after the lost signal is set; keep it short.
 pub type OnLost = Arc<dyn Fn(&Lost) + Send + Sync>;
 
 pub(crate) struct HoldState {

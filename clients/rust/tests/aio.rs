@@ -98,6 +98,7 @@ async fn renewals_and_a_loss_signalled_once() {
         .unwrap();
     assert_eq!(lost.reason, LostReason::Gone);
     assert!(!hold.is_held());
+    until_async("on_lost", async || count.load(Ordering::SeqCst) > 0).await;
     let end = lost.lease_end + 300 * MS;
     until_async("the lease end to pass", async || Instant::now() > end).await;
     assert_eq!(count.load(Ordering::SeqCst), 1);

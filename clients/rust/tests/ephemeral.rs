@@ -57,6 +57,8 @@ fn a_bound_hold_is_renewed_on_its_connection_and_lost_when_it_closes() {
     let lost = hold.lost().wait_timeout(10 * SEC).expect("signalled lost");
     assert_eq!(lost.reason, LostReason::ConnectionClosed);
     assert!(!hold.is_held());
+    // The signal is set first, then on_lost runs (on the renewal thread).
+    until(10 * SEC, "on_lost", || count.load(Ordering::SeqCst) > 0);
     assert_eq!(lock.info().unwrap(), None, "the server released it");
     assert!(matches!(hold.release().unwrap_err(), Error::Lost { .. }));
     assert_eq!(count.load(Ordering::SeqCst), 1);

@@ -78,6 +78,7 @@ fn a_renewal_that_finds_the_hold_gone_signals_it_once() {
     let lost = hold.lost().wait_timeout(10 * SEC).expect("signalled lost");
     assert_eq!(lost.reason, LostReason::Gone);
     assert!(!hold.is_held());
+    until(10 * SEC, "on_lost", || count.load(Ordering::SeqCst) > 0);
     // The lease clock's end passes too: still one loss.
     until(10 * SEC, "the lease end to pass", || {
         Instant::now() > lost.lease_end + 600 * MS
@@ -135,6 +136,8 @@ fn a_partitioned_holder_is_lost_before_anyone_else_is_granted() {
 
     let lost = hold.lost().wait_timeout(30 * SEC).expect("signalled lost");
     assert_eq!(lost.reason, LostReason::LeaseRanOut);
+    // The signal is set first, then on_lost runs (on the renewal thread).
+    until(10 * SEC, "on_lost", || count.load(Ordering::SeqCst) > 0);
     let granted_no_earlier = other.join().unwrap();
     assert!(
         lost.lease_end < granted_no_earlier,
