@@ -26,7 +26,8 @@ run: build
 
 # Unit tests of the core, then, on each server of the matrix (Redis 7.0 and 8.2,
 # Valkey 8.1 and 9.1; scripts/matrix.sh), the integration tests against real
-# server processes that load the module just built, including tests/clients.rs,
+# server processes that load the module just built and the Rust client's (clients/rust) tests,
+# including tests/clients.rs,
 # which runs the client examples (Python, Node.js, Rust), and side by side with
 # them the suites of the client libraries (clients/python with pytest, which also
 # replays the manual's examples, and clients/node with node --test).
@@ -51,9 +52,13 @@ test-clients: build
 
 # The fuzz crate (fuzz/, its own workspace and target directory) is checked too, so that a change
 # of the core's API cannot leave it behind.
+# The Rust client (clients/rust, a member of the workspace) is linted and its docs built with
+# warnings as errors; it is checked in the dev profile (the release profile's LTO is the module's).
 lint:
-	$(CARGO) fmt --check
+	$(CARGO) fmt --all --check
 	$(CARGO) clippy --release --all-targets -- -D warnings
+	$(CARGO) clippy -p redislock-client --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p redislock-client --no-deps
 	$(CARGO) fmt --check --manifest-path fuzz/Cargo.toml
 	$(CARGO) check --manifest-path fuzz/Cargo.toml --all-targets
 

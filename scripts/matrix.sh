@@ -3,6 +3,8 @@
 # 8.2, Valkey 8.1 and 9.1) the integration tests, one server after the other, and the client
 # libraries' suites (scripts/client-tests.sh), two servers' at a time beside them: every suite
 # starts its own servers on free ports and mostly waits on them, so on 2 cores they overlap well.
+# After each server's integration tests, the Rust client's tests against that server (`cargo test
+# -p redislock-client`, with its unit tests on the first server).
 # On the first server `cargo test --release` also runs the unit tests and the torture tests
 # (tests/torture.rs, tests/multi_torture.rs); make stress runs them on the others. The client
 # libraries' Cluster tests run on the first and last server only (`make test-clients` runs them
@@ -24,6 +26,18 @@ last=$(tail -n 1 <<<"$servers")
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/redislock-matrix.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
+
+# The Rust client's (clients/rust) test binaries and examples, in the dev profile (the release
+# profile's whole-program LTO is the module's, and would only make them slower to build), build
+# beside the first server's tests, which mostly wait on their servers (on a fresh clone that
+# hides most of a minute): cargo holds the build directory's lock only while it builds, and the
+# module's `cargo test` below has found its binaries built within the first seconds.
+(
+    sleep 5
+    "$cargo" test -p redislock-client --no-run >"$logs/client-build" 2>&1
+    echo $? >"$logs/client-build.status"
+) &
+client_build=$!
 started=$(date +%s)
 label() { "$1" --version | cut -d' ' -f1-3; }
 
@@ -53,6 +67,20 @@ for server in $servers; do
     echo "REDIS_SERVER=$server $cargo test --release --no-fail-fast ${tests[*]}"
     REDIS_SERVER=$server "$cargo" test --release --no-fail-fast "${tests[@]}" \
         || failed+=("$(label "$server"): cargo test")
+    # The Rust client: its unit tests on the first server's run, its tests against servers on each.
+    if [ "$server" = "$first" ]; then
+        client=()
+        wait "$client_build"
+        if [ "$(cat "$logs/client-build.status" 2>/dev/null)" != 0 ]; then
+            cat "$logs/client-build"
+            failed+=("the Rust client's build")
+        fi
+    else
+        client=(--test servers)
+    fi
+    echo "REDIS_SERVER=$server $cargo test -p redislock-client --no-fail-fast ${client[*]}"
+    REDIS_SERVER=$server "$cargo" test -p redislock-client --no-fail-fast "${client[@]}" \
+        || failed+=("$(label "$server"): cargo test -p redislock-client")
 done
 wait "$queue"
 i=0

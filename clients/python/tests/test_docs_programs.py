@@ -2,7 +2,9 @@
 
 A block of code after `<!-- example: PATH -->` is a whole program, equal to the file PATH of the
 repository (other tests run the files too). Each block is written to a file of its own and run
-unchanged — Python with this interpreter, JavaScript with `node`, as `node file.js` — against a
+unchanged — Python with this interpreter, JavaScript with `node`, as `node file.js`, a program of
+the Rust client (`clients/rust/examples/NAME.rs`) as `cargo run -p redislock-client --example
+NAME` from the repository (the file is the example itself) — against a
 fresh server with the module, whose port it is given as a reader gives it: `REDIS_PORT`
 (README.md names the variable). `redislock` is found as an installed package would be
 (`clients/python/src` on PYTHONPATH; for Node.js a directory on NODE_PATH holding `redislock`,
@@ -29,7 +31,10 @@ from docs_pages import CODE_LANGS, PAGES, Block, blocks, programs, says_it_varie
 from docs_replies import Bindings, compare_lines
 from servers import REPO, Server
 
-RUNNERS = {"python": "python", "py": "python", "js": "node", "javascript": "node", "mjs": "node"}
+RUNNERS = {"python": "python", "py": "python", "js": "node", "javascript": "node", "mjs": "node",
+           "rust": "cargo"}
+#: The Rust programs run here are the Rust client's examples; tests/clients.rs runs the others.
+RUST_CLIENT_EXAMPLES = "clients/rust/examples/"
 SUFFIX = {"python": ".py", "node": ".js"}
 
 
@@ -55,8 +60,13 @@ def runnable() -> List[Tuple[Block, Optional[Block]]]:
     found = []
     for page in PAGES:
         for program, output in programs(page):
-            if program.lang.lower() in RUNNERS:
-                found.append((program, output))
+            if program.lang.lower() not in RUNNERS:
+                continue
+            if RUNNERS[program.lang.lower()] == "cargo" and not (
+                program.directive("example") or ""
+            ).startswith(RUST_CLIENT_EXAMPLES):
+                continue
+            found.append((program, output))
     return found
 
 
@@ -71,6 +81,8 @@ def node_path(work: str) -> str:
 def run(block: Block, port: int, work: str) -> "subprocess.CompletedProcess[str]":
     runner = RUNNERS[block.lang.lower()]
     example = block.directive("example") or "program"
+    if runner == "cargo":
+        return run_rust_example(block, example, port)
     name = Path(example).name
     if not name.endswith((".py", ".js", ".mjs")):
         name += SUFFIX[runner]
@@ -92,6 +104,19 @@ def run(block: Block, port: int, work: str) -> "subprocess.CompletedProcess[str]
         env["NODE_PATH"] = node_path(work)
         cmd = [node, path]
     return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def run_rust_example(block: Block, example: str, port: int) -> "subprocess.CompletedProcess[str]":
+    """The Rust client's example `example` (the block is that file, as the first test checks),
+    built and run with cargo (built already after `make test`'s build step; up to a few minutes
+    where it is not)."""
+    assert block.text.strip("\n") == (REPO / example).read_text().strip("\n"), f"{block.where}"
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "REDIS_HOST")}
+    env["REDIS_PORT"] = str(port)
+    cargo = os.environ.get("CARGO", "cargo")
+    cmd = [cargo, "run", "-q", "-p", "redislock-client", "--example", Path(example).stem]
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL)
 
 

@@ -1,0 +1,174 @@
+//! `Hold` of the tokio front end.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::args::{self, Ttl};
+use crate::core::error::{Error, Result};
+use crate::core::lease::{Leased, LostReason};
+use crate::core::reply;
+use crate::hold::Shared;
+use crate::lost::LostSignal;
+use crate::renewer::Keeper;
+
+use super::Locker;
+
+/// A grant (see the blocking [`crate::Hold`]). Dropped unreleased, it is released by a task
+/// spawned on the current runtime.
+pub struct Hold {
+    pub(super) state: Shared,
+    pub(super) locker: Locker,
+    pub(super) keeper: Arc<Keeper>,
+    pub(super) done: bool,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("name", &self.state.name_lossy())
+            .field("fence", &self.state.fence)
+            .finish()
+    }
+}
+
+impl Hold {
+    pub fn fence(&self) -> u64 {
+        self.state.fence
+    }
+
+    pub fn token(&self) -> &[u8] {
+        &self.state.token
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.state.name
+    }
+
+    /// Held by the lease clock (asks nothing of the server).
+    pub fn is_held(&self) -> bool {
+        !self.done && !self.state.left().is_zero()
+    }
+
+    pub fn lease_left(&self) -> Duration {
+        self.state.left()
+    }
+
+    /// Set when the hold is lost; `hold.lost().wait().await` waits for it.
+    pub fn lost(&self) -> LostSignal {
+        self.state.signal.clone()
+    }
+
+    fn bound(&self) -> Duration {
+        self.lease_left().max(Duration::from_secs(1))
+    }
+
+    /// Sets the lease to `ttl` from now (see the blocking [`crate::Hold::extend`]).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let name = self.state.name_lossy();
+        if self.done || self.state.lease().lost.is_some() {
+            return Err(Error::Lost { name });
+        }
+        let ttl = Ttl::from_duration(ttl);
+        let sent = Instant::now();
+        let line = args::extend(&self.state.name, &self.state.token, ttl);
+        let answer = self
+            .locker
+            .inner
+            .send_hold(&self.state, &line, self.bound(), "extend")
+            .await;
+        match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
+            Ok(true) => {
+                let moved = {
+                    let mut lease = self.state.lease();
+                    (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
+                };
+                if moved.is_some() {
+                    self.keeper.add(&self.state);
+                }
+                Ok(())
+            }
+            Ok(false) | Err(Error::NotOwner { .. }) => {
+                self.state.lose(&self.keeper, LostReason::Gone);
+                Err(Error::NotOwner { name })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// LOCK.CALL (see the blocking [`crate::Hold::call`]).
+    pub async fn call<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
+        let line = args::guarded_cmd(
+            &[b"LOCK.CALL", &self.state.name, &self.state.token],
+            command,
+        );
+        self.locker
+            .inner
+            .guarded(&line, &self.state.name_lossy(), "call")
+            .await
+    }
+
+    /// Gives the lock back (see the blocking [`crate::Hold::release`]).
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        release(
+            self.state.clone(),
+            self.locker.clone(),
+            self.keeper.clone(),
+            self.bound(),
+        )
+        .await
+    }
+}
+
+async fn release(
+    state: Shared,
+    locker: Locker,
+    keeper: Arc<Keeper>,
+    bound: Duration,
+) -> Result<()> {
+    let lost = {
+        let lease = state.lease();
+        lease.lost.is_some() || lease.left(Instant::now()).is_zero()
+    };
+    keeper.remove(&state);
+    let name = state.name_lossy();
+    let line = args::release(&state.name, &state.token);
+    // As the blocking release: nothing to send for a lost bound hold.
+    let released = if lost && state.channel.is_owned() {
+        Ok(false)
+    } else {
+        let answer = locker
+            .inner
+            .send_hold(&state, &line, bound, "release")
+            .await;
+        answer.and_then(|v| reply::one(&v, "LOCK.RELEASE"))
+    };
+    state.close_owned();
+    if lost {
+        return Err(Error::Lost { name });
+    }
+    if !released? {
+        Err(Error::NotOwner { name })
+    } else {
+        Ok(())
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.keeper.remove(&self.state);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            let bound = self.bound();
+            rt.spawn(release(
+                self.state.clone(),
+                self.locker.clone(),
+                self.keeper.clone(),
+                bound,
+            ));
+        }
+    }
+}

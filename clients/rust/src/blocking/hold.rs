@@ -1,0 +1,227 @@
+//! `Hold`: a grant of the blocking front end, released when dropped.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::args::{self, Ttl};
+use crate::core::error::{translate, translate_guarded, Error, Result};
+use crate::core::lease::{Leased, LostReason};
+use crate::core::reply;
+use crate::hold::Shared;
+use crate::lost::LostSignal;
+use crate::renewer::Keeper;
+
+use super::LockerInner;
+
+/// The bound of a release or an extension: the lease time left, at least this.
+const MIN_BOUND: Duration = Duration::from_secs(1);
+
+/// A grant: its token, fence and lease clock. Renewed in the background (unless the lock was made
+/// with `auto_renew(false)`); released by `release()`, or when dropped.
+pub struct Hold {
+    pub(crate) state: Shared,
+    pub(crate) locker: Arc<LockerInner>,
+    pub(crate) keeper: Arc<Keeper>,
+    pub(crate) done: bool,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("name", &self.state.name_lossy())
+            .field("fence", &self.state.fence)
+            .finish()
+    }
+}
+
+impl Hold {
+    /// The fencing token of this grant.
+    pub fn fence(&self) -> u64 {
+        self.state.fence
+    }
+
+    /// The owner token.
+    pub fn token(&self) -> &[u8] {
+        &self.state.token
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &[u8] {
+        &self.state.name
+    }
+
+    /// Held by the lease clock: the lease's conservative local end has not come, and the hold
+    /// was neither lost nor released. Asks nothing of the server.
+    pub fn is_held(&self) -> bool {
+        !self.done && !self.lease_left().is_zero()
+    }
+
+    /// Time left on the lease clock.
+    pub fn lease_left(&self) -> Duration {
+        self.state.left()
+    }
+
+    /// Set when the hold is lost: a renewal found it gone, or its lease clock ran out with no
+    /// renewal answered. Signalled once per loss.
+    pub fn lost(&self) -> LostSignal {
+        self.state.signal.clone()
+    }
+
+    fn name_lossy(&self) -> String {
+        self.state.name_lossy()
+    }
+
+    fn bound(&self) -> Duration {
+        self.lease_left().max(MIN_BOUND)
+    }
+
+    /// Sets the lease to `ttl` from now (and the renewals to that lease). `Error::NotOwner` if
+    /// the hold is gone (it is then signalled lost), `Error::Lost` if it was lost already,
+    /// `Error::Timeout` without an answer within the lease left (at least 1 s).
+    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
+        if self.done || self.state.lease().lost.is_some() {
+            return Err(Error::Lost {
+                name: self.name_lossy(),
+            });
+        }
+        let ttl = Ttl::from_duration(ttl);
+        let sent = Instant::now();
+        let line = args::extend(&self.state.name, &self.state.token, ttl);
+        let answer = self
+            .send(line, self.bound(), "extend")
+            .and_then(|v| reply::one(&v, "LOCK.EXTEND"));
+        match answer {
+            Ok(true) => {
+                let moved = {
+                    let mut lease = self.state.lease();
+                    (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
+                };
+                if moved.is_some() {
+                    self.keeper.add(&self.state);
+                }
+                Ok(())
+            }
+            Ok(false) | Err(Error::NotOwner { .. }) => {
+                self.lose(LostReason::Gone);
+                Err(Error::NotOwner {
+                    name: self.name_lossy(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lose(&self, why: LostReason) {
+        self.state.lose(&self.keeper, why);
+    }
+
+    /// Sends a request of the hold: on its own connection if it is bound (`EPHEMERAL`), else
+    /// on the locker's.
+    fn send(
+        &self,
+        line: Vec<Vec<u8>>,
+        bound: Duration,
+        what: &'static str,
+    ) -> Result<redis::Value> {
+        let name = self.name_lossy();
+        if !self.state.channel.is_owned() {
+            return self
+                .locker
+                .conns
+                .send(&line, bound)
+                .map_err(|e| translate(e, &name, what));
+        }
+        let channel = self.state.channel.clone();
+        let label = name.clone();
+        match crate::renewer::run_blocking(
+            async move { channel.send(&line, bound, &label, what).await },
+        ) {
+            Err(Error::Redis(e)) => Err(translate(e, &name, what)),
+            other => other,
+        }
+    }
+
+    /// Asks the server whether this grant is still the lock's (its token among the holders
+    /// with this fence); false without asking once the lease clock ran out.
+    pub fn owned(&self) -> Result<bool> {
+        if !self.is_held() {
+            return Ok(false);
+        }
+        let name = self.name_lossy();
+        let v = self
+            .locker
+            .conns
+            .send(&args::info(&self.state.name), self.locker.timeout)
+            .map_err(|e| translate(e, &name, "info"))?;
+        Ok(reply::info(&v)?
+            .and_then(|i| {
+                i.holder(&self.state.token)
+                    .map(|h| h.fence == self.state.fence)
+            })
+            .unwrap_or(false))
+    }
+
+    /// Runs `command` in the server atomically if this hold is still the lock's (LOCK.CALL),
+    /// sent once: its reply as the redis crate gives it for the command sent directly, or its
+    /// error as an `Error::Redis`; `Error::NotOwner` if the hold is gone (nothing ran).
+    pub fn call<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T> {
+        let name = self.name_lossy();
+        let line = args::guarded_cmd(
+            &[b"LOCK.CALL", &self.state.name, &self.state.token],
+            command,
+        );
+        let v = self
+            .locker
+            .conns
+            .send(&line, self.locker.timeout)
+            .map_err(|e| translate_guarded(e, &name, "call"))?;
+        reply::inner(v)
+    }
+
+    /// Gives the lock back. `Error::NotOwner` if the server no longer had it, `Error::Lost` if
+    /// the lease clock had given it up (what the server still had is released all the same);
+    /// `Error::Timeout` with no answer within the lease left (at least 1 s): the hold is then
+    /// ended here, and its lease ends it in the server.
+    pub fn release(mut self) -> Result<()> {
+        self.release_now()
+    }
+
+    fn release_now(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        let lost = {
+            let lease = self.state.lease();
+            lease.lost.is_some() || lease.left(Instant::now()).is_zero()
+        };
+        let bound = self.bound();
+        self.done = true;
+        self.keeper.remove(&self.state);
+        let name = self.name_lossy();
+        let line = args::release(&self.state.name, &self.state.token);
+        // A lost bound hold's connection was closed, and the server released the hold then:
+        // nothing to send. Any other hold is released whatever the lease clock says (freeing
+        // what the server may still have of it).
+        let released = if lost && self.state.channel.is_owned() {
+            Ok(false)
+        } else {
+            self.send(line, bound, "release")
+                .and_then(|v| reply::one(&v, "LOCK.RELEASE"))
+        };
+        self.state.close_owned();
+        if lost {
+            return Err(Error::Lost { name });
+        }
+        if !released? {
+            Err(Error::NotOwner { name })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let _ = self.release_now();
+    }
+}

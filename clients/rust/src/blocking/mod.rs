@@ -1,0 +1,322 @@
+//! The blocking front end: `Locker`, `Lock`, `Hold`.
+
+mod conn;
+mod hold;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub use hold::Hold;
+
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::error::{translate, translate_guarded, Error, Result};
+use crate::core::reply::{self, LockInfo};
+use crate::hold::{HoldState, OnLost};
+use crate::lost::Lost;
+use crate::owned;
+use crate::renewer::{blocking_keeper, Channel};
+use crate::DEFAULT_LEASE;
+
+pub(crate) struct LockerInner {
+    pub(crate) conns: conn::Conns,
+    pub(crate) channel: Arc<Channel>,
+    /// The bound of a command that has no tighter one.
+    pub(crate) timeout: Duration,
+}
+
+/// The entry point on one server: its own connections (opened from the client it is given, never
+/// the application's), the locks made from it, `info`. Clones share the connections.
+#[derive(Clone)]
+pub struct Locker {
+    inner: Arc<LockerInner>,
+}
+
+impl Locker {
+    /// A locker on the server `client` connects to.
+    pub fn new(client: redis::Client) -> Locker {
+        Locker {
+            inner: Arc::new(LockerInner {
+                channel: Channel::new(client.clone()),
+                conns: conn::Conns::new(client),
+                timeout: crate::COMMAND_TIMEOUT,
+            }),
+        }
+    }
+
+    /// A locker on the server at `url` (`redis://host:port/`; `?protocol=resp3` for RESP3).
+    pub fn open<T: redis::IntoConnectionInfo>(url: T) -> Result<Locker> {
+        Ok(Locker::new(redis::Client::open(url)?))
+    }
+
+    /// The client the locker opens its connections from.
+    pub fn client(&self) -> &redis::Client {
+        self.inner.conns.client()
+    }
+
+    /// The lock `name`: exclusive, with a lease of 30 s renewed every third of it, until
+    /// changed with its builder methods.
+    pub fn lock(&self, name: impl Into<Vec<u8>>) -> Lock {
+        Lock {
+            locker: self.clone(),
+            name: name.into(),
+            ttl: Ttl::from_duration(DEFAULT_LEASE),
+            mode: Mode::Exclusive,
+            auto_renew: true,
+            on_lost: None,
+            token: None,
+            ephemeral: false,
+        }
+    }
+
+    /// `LOCK.INFO name`: `None` when nobody holds it.
+    pub fn info(&self, name: impl AsRef<[u8]>) -> Result<Option<LockInfo>> {
+        let name = name.as_ref();
+        let v = self
+            .inner
+            .conns
+            .send(&args::info(name), self.inner.timeout)
+            .map_err(|e| translate(e, &String::from_utf8_lossy(name), "info"))?;
+        reply::info(&v)
+    }
+}
+
+impl Locker {
+    /// Runs `command` atomically if `fence` is at least the highest fence the gate key `gate`
+    /// accepted (LOCK.FENCE), sent once: its reply as the redis crate gives it for the command
+    /// sent directly, or its error as an `Error::Redis`; `Error::StaleFence` if a newer fence
+    /// passed the gate (nothing ran).
+    pub fn fence<T: redis::FromRedisValue>(
+        &self,
+        gate: impl AsRef<[u8]>,
+        fence: u64,
+        command: &redis::Cmd,
+    ) -> Result<T> {
+        let gate = gate.as_ref();
+        let fence_arg = fence.to_string();
+        let line = args::guarded_cmd(&[b"LOCK.FENCE", gate, fence_arg.as_bytes()], command);
+        let v = self
+            .inner
+            .conns
+            .send(&line, self.inner.timeout)
+            .map_err(|e| translate_guarded(e, &String::from_utf8_lossy(gate), "fence"))?;
+        reply::inner(v)
+    }
+}
+
+/// A lock and how to take it: made by `Locker::lock`, set up with the builder methods, taken
+/// with `acquire` or `try_acquire` (any number of times, also from several threads).
+#[derive(Clone)]
+pub struct Lock {
+    locker: Locker,
+    name: Vec<u8>,
+    ttl: Ttl,
+    mode: Mode,
+    auto_renew: bool,
+    on_lost: Option<OnLost>,
+    token: Option<Token>,
+    ephemeral: bool,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("ttl", &self.ttl)
+            .field("mode", &self.mode)
+            .field("auto_renew", &self.auto_renew)
+            .finish()
+    }
+}
+
+impl Lock {
+    /// The lease of each grant (whole milliseconds, at least 1; default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> Lock {
+        self.ttl = Ttl::from_duration(ttl);
+        self
+    }
+
+    /// Exclusive (the default), shared (`SHARED`) or one place of a semaphore (`LIMIT n`).
+    pub fn mode(mut self, mode: Mode) -> Lock {
+        self.mode = mode;
+        self
+    }
+
+    /// Renew the lease every third of it, until released or lost (default: true). Without,
+    /// the lease clock still runs, and the hold is signalled lost at its end.
+    pub fn auto_renew(mut self, on: bool) -> Lock {
+        self.auto_renew = on;
+        self
+    }
+
+    /// Called once per loss, on the renewal thread (keep it short).
+    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    /// The owner token of the grants (default: a random 128-bit one per acquire, which a
+    /// retried acquire re-grants instead of taking a second hold); `Token::Server` asks the
+    /// server to make one (`*`).
+    pub fn token(mut self, token: Token) -> Lock {
+        self.token = Some(token);
+        self
+    }
+
+    /// Bind each grant to a connection opened for it alone (`EPHEMERAL`): the grant, renewals,
+    /// extensions and release go on it; when it closes, the server releases the hold at once,
+    /// and the hold is signalled lost as soon as the socket reports the close
+    /// (`LostReason::ConnectionClosed`). A successor may be granted before that: write with
+    /// the fence.
+    pub fn ephemeral(mut self, on: bool) -> Lock {
+        self.ephemeral = on;
+        self
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+
+    /// `LOCK.INFO` of this lock.
+    pub fn info(&self) -> Result<Option<LockInfo>> {
+        self.locker.info(&self.name)
+    }
+
+    /// Takes the lock if it is free now (and nobody waits for it): `None` if not.
+    pub fn try_acquire(&self) -> Result<Option<Hold>> {
+        self.take(None)
+    }
+
+    /// Takes the lock, waiting in the server (first come, first served) up to `wait`;
+    /// `Error::Busy` if it was not granted by then.
+    pub fn acquire(&self, wait: Duration) -> Result<Hold> {
+        self.take(Some(Instant::now() + wait))?
+            .ok_or_else(|| Error::Busy {
+                name: self.name_lossy(),
+            })
+    }
+
+    fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        let inner = &self.locker.inner;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let (client, name, ttl, mode) = (
+            inner.conns.client().clone(),
+            self.name.clone(),
+            self.ttl,
+            self.mode,
+        );
+        let granted = crate::renewer::run_blocking(async move {
+            let spec = owned::Spec {
+                name: &name,
+                token: &token,
+                ttl,
+                mode,
+            };
+            owned::acquire(&client, spec, Attempt::new(deadline)).await
+        })?;
+        let Some(g) = granted else {
+            return Ok(None);
+        };
+        let state = HoldState::new(
+            self.name.clone(),
+            g.token,
+            g.fence,
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            g.channel,
+        );
+        let keeper = blocking_keeper();
+        keeper.add(&state);
+        g.watch.attach(&state, keeper.clone());
+        Ok(Some(Hold {
+            state,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
+    }
+
+    fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        if self.ephemeral {
+            return self.take_bound(deadline);
+        }
+        let inner = &self.locker.inner;
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let mut attempt = Attempt::new(deadline);
+        loop {
+            let Some(wait) = attempt.wait(Instant::now()) else {
+                return Ok(None);
+            };
+            let line = Acquire {
+                name: &self.name,
+                token: &token,
+                ttl: self.ttl,
+                mode: self.mode,
+                ephemeral: false,
+                wait,
+                data: None,
+            }
+            .args();
+            let sent = Instant::now();
+            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
+                Ok(v) => v,
+                Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
+                    Next::Again => continue,
+                    Next::Pause(d) => {
+                        std::thread::sleep(d);
+                        continue;
+                    }
+                    Next::NotGranted => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
+            };
+            let Some((granted, fence)) = reply::grant(&v)? else {
+                if attempt.wait_on(Instant::now()) {
+                    continue; // cut short: wait on
+                }
+                return Ok(None);
+            };
+            let mut sent = sent;
+            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
+                // Granted after a wait: the lease began at the grant; renew now so that the
+                // lease clock starts from a known moment.
+                let renew_sent = Instant::now();
+                let line = args::extend(&self.name, &granted, self.ttl);
+                match inner
+                    .conns
+                    .send(&line, inner.timeout)
+                    .map(|v| reply::one(&v, ""))
+                {
+                    Ok(Ok(true)) => sent = renew_sent,
+                    Ok(Ok(false)) => continue, // gone already (a lease shorter than the trip)
+                    _ => {}                    // unknown: the clock counts from the request
+                }
+            }
+            let state = HoldState::new(
+                self.name.clone(),
+                granted,
+                fence,
+                self.ttl.millis(),
+                sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            let keeper = blocking_keeper();
+            keeper.add(&state);
+            return Ok(Some(Hold {
+                state,
+                locker: inner.clone(),
+                keeper,
+                done: false,
+            }));
+        }
+    }
+}

@@ -1,0 +1,173 @@
+//! The connection a bound hold (`EPHEMERAL`) lives on: opened for that hold alone (never one the
+//! application or the locker's other commands use), in RESP3 so that the redis crate reports its
+//! close. The grant, the renewals, extensions and the release go on it; when it closes (a
+//! `CLIENT KILL`, a server restart, a reset), the server has released the hold, and the hold is
+//! signalled lost at once (`LostReason::ConnectionClosed`), once.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Instant;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
+
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::error::{Error, Result};
+use crate::core::lease::LostReason;
+use crate::core::reply;
+use crate::hold::{HoldState, Shared};
+use crate::renewer::{Channel, Keeper};
+use crate::COMMAND_TIMEOUT;
+
+/// Watches one owned connection for its close, and tells the hold on it.
+#[derive(Default)]
+pub(crate) struct Watch {
+    hold: OnceLock<(Weak<HoldState>, Arc<Keeper>)>,
+    closed: AtomicBool,
+}
+
+impl Watch {
+    fn closed(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        if let Some((hold, keeper)) = self.hold.get() {
+            if let Some(hold) = hold.upgrade() {
+                hold.lose(keeper, LostReason::ConnectionClosed);
+            }
+        }
+    }
+
+    /// The connection now carries `hold` (a close before this is reported now).
+    pub fn attach(&self, hold: &Shared, keeper: Arc<Keeper>) {
+        let _ = self.hold.set((Arc::downgrade(hold), keeper));
+        if self.closed.load(Ordering::SeqCst) {
+            self.closed();
+        }
+    }
+}
+
+/// Opens a connection of its own to the server of `client` (its settings, in RESP3).
+pub(crate) async fn open(
+    client: &redis::Client,
+) -> redis::RedisResult<(MultiplexedConnection, Arc<Watch>)> {
+    let info = client.get_connection_info().clone();
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(ProtocolVersion::RESP3);
+    let resp3 = redis::Client::open(info.set_redis_settings(settings))?;
+    let watch = Arc::new(Watch::default());
+    let seen = watch.clone();
+    let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
+        if push.kind == PushKind::Disconnection {
+            seen.closed();
+        }
+        Ok::<(), ()>(())
+    });
+    let conn = resp3
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    Ok((conn, watch))
+}
+
+/// What a bound acquire needs of its lock.
+pub(crate) struct Spec<'a> {
+    pub name: &'a [u8],
+    pub token: &'a Token,
+    pub ttl: Ttl,
+    pub mode: Mode,
+}
+
+/// A granted bound hold, before it is scheduled.
+pub(crate) struct Granted {
+    pub token: Vec<u8>,
+    pub fence: u64,
+    pub sent: Instant,
+    pub channel: Arc<Channel>,
+    pub watch: Arc<Watch>,
+}
+
+/// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send
+/// after a failure); the decisions are the core's, as for any acquire.
+pub(crate) async fn acquire(
+    client: &redis::Client,
+    spec: Spec<'_>,
+    mut attempt: Attempt,
+) -> Result<Option<Granted>> {
+    let name = String::from_utf8_lossy(spec.name).into_owned();
+    loop {
+        let Some(wait) = attempt.wait(Instant::now()) else {
+            return Ok(None);
+        };
+        let line = Acquire {
+            name: spec.name,
+            token: spec.token,
+            ttl: spec.ttl,
+            mode: spec.mode,
+            ephemeral: true,
+            wait,
+            data: None,
+        }
+        .args();
+        let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
+        let sent = Instant::now();
+        let run = async {
+            let (mut conn, watch) = open(client).await?;
+            let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
+            Ok::<_, redis::RedisError>((v, conn, watch))
+        };
+        let answer = if bound == std::time::Duration::MAX {
+            run.await
+        } else {
+            match tokio::time::timeout(bound, run).await {
+                Ok(r) => r,
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        name,
+                        what: "acquire",
+                    })
+                }
+            }
+        };
+        let (v, conn, watch) = match answer {
+            Ok(x) => x,
+            Err(e) => match attempt.failed(e, &name, Instant::now()) {
+                Next::Again => continue,
+                Next::Pause(d) => {
+                    tokio::time::sleep(d).await;
+                    continue;
+                }
+                Next::NotGranted => return Ok(None),
+                Next::Fail(e) => return Err(e),
+            },
+        };
+        let Some((token, fence)) = reply::grant(&v)? else {
+            if attempt.wait_on(Instant::now()) {
+                continue;
+            }
+            return Ok(None);
+        };
+        let channel = Channel::owned(conn);
+        let mut sent = sent;
+        if attempt.renew_at_once(sent, Instant::now(), spec.ttl.millis()) {
+            let renew_sent = Instant::now();
+            let line = args::extend(spec.name, &token, spec.ttl);
+            match channel
+                .send(&line, COMMAND_TIMEOUT, &name, "acquire")
+                .await
+                .map(|v| reply::one(&v, ""))
+            {
+                Ok(Ok(true)) => sent = renew_sent,
+                Ok(Ok(false)) => continue,
+                _ => {}
+            }
+        }
+        return Ok(Some(Granted {
+            token,
+            fence,
+            sent,
+            channel,
+            watch,
+        }));
+    }
+}

@@ -1,0 +1,254 @@
+//! The renewals and lease clocks of many holds: a `Keeper` runs the schedule (`core::lease`) as
+//! one async loop, sending each renewal as a short task of its own, so that a renewal that hangs
+//! (a partitioned server) holds up neither the others nor the lease clocks. The blocking front end
+//! runs one keeper for the whole process on one thread (`redislock-renew`, a current-thread
+//! runtime); the tokio front end runs one keeper task per runtime.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+use crate::core::args::{self, Ttl};
+use crate::core::error::{is_wrong_type, reply_text, Error};
+use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
+use crate::core::reply;
+use crate::hold::Shared;
+
+/// Where the renewals of a locker's holds go: one multiplexed connection of the locker's own,
+/// opened when first needed and again after a failure.
+///
+/// A bound hold's channel is its owned connection (`owned`): never opened again, and closed
+/// only when the hold ends (closing it ends the hold in the server).
+pub(crate) struct Channel {
+    client: Option<redis::Client>,
+    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Channel {
+    pub fn new(client: redis::Client) -> Arc<Channel> {
+        Arc::new(Channel {
+            client: Some(client),
+            conn: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// The channel of a bound hold: the connection it was granted on.
+    pub fn owned(conn: MultiplexedConnection) -> Arc<Channel> {
+        Arc::new(Channel {
+            client: None,
+            conn: tokio::sync::Mutex::new(Some(conn)),
+        })
+    }
+
+    pub fn is_owned(&self) -> bool {
+        self.client.is_none()
+    }
+
+    /// Closes the connection (of a bound hold: the server releases what is left of the hold).
+    pub async fn close(&self) {
+        *self.conn.lock().await = None;
+    }
+
+    /// Sends `args`, within `bound`: `Error::Timeout` past it (the connection is then dropped:
+    /// the next request opens another).
+    pub async fn send(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        name: &str,
+        what: &'static str,
+    ) -> Result<Value, Error> {
+        let attempt = async {
+            let mut conn = {
+                let mut slot = self.conn.lock().await;
+                match slot.as_ref() {
+                    Some(c) => c.clone(),
+                    None => {
+                        let Some(client) = &self.client else {
+                            return Err(redis::RedisError::from(std::io::Error::new(
+                                std::io::ErrorKind::NotConnected,
+                                "the hold's own connection is closed",
+                            )));
+                        };
+                        let c = client.get_multiplexed_async_connection().await?;
+                        *slot = Some(c.clone());
+                        c
+                    }
+                }
+            };
+            args::cmd(args).query_async::<Value>(&mut conn).await
+        };
+        match tokio::time::timeout(bound, attempt).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => {
+                if reply_text(&e).is_none() && !self.is_owned() {
+                    *self.conn.lock().await = None;
+                }
+                Err(Error::Redis(e))
+            }
+            Err(_) => {
+                if !self.is_owned() {
+                    *self.conn.lock().await = None;
+                }
+                Err(Error::Timeout {
+                    name: name.to_string(),
+                    what,
+                })
+            }
+        }
+    }
+}
+
+/// One schedule of lease clocks and renewals, and the loop that keeps it.
+#[derive(Default)]
+pub(crate) struct Keeper {
+    schedule: Mutex<Schedule<Shared>>,
+    wake: tokio::sync::Notify,
+}
+
+impl Keeper {
+    fn schedule(&self) -> std::sync::MutexGuard<'_, Schedule<Shared>> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Puts `hold` on the schedule (again, after its lease clock moved).
+    pub fn add(&self, hold: &Shared) {
+        self.schedule().add(hold.id, hold.clone());
+        self.wake.notify_one();
+    }
+
+    /// `hold` ended (released): no more renewals, no loss to signal.
+    pub fn remove(&self, hold: &Shared) {
+        self.schedule().remove(hold.id);
+    }
+
+    /// Keeps the schedule: sends renewals when due, signals losses at the lease clock's end.
+    pub async fn run(self: Arc<Self>) {
+        loop {
+            let now = Instant::now();
+            let (due, next) = {
+                let mut schedule = self.schedule();
+                let due = schedule.due(now);
+                (due, schedule.next_wake())
+            };
+            for (_, hold, bound) in due.renew {
+                tokio::spawn(renew(self.clone(), hold, bound, now));
+            }
+            for (_, hold) in due.lost {
+                let end = hold.lease().end;
+                hold.signal_lost(LostReason::LeaseRanOut, end);
+                hold.close_owned();
+            }
+            match next {
+                Some(at) => {
+                    let sleep = tokio::time::sleep_until(at.into());
+                    tokio::select! {
+                        _ = sleep => {}
+                        _ = self.wake.notified() => {}
+                    }
+                }
+                None => self.wake.notified().await,
+            }
+        }
+    }
+}
+
+async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {
+    let ttl_ms = hold.lease().ttl_ms;
+    let line = args::extend(&hold.name, &hold.token, Ttl::Px(ttl_ms));
+    let outcome = match hold
+        .channel
+        .send(&line, bound, &hold.name_lossy(), "renewal")
+        .await
+    {
+        Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
+            Ok(true) => Renewed::Extended,
+            Ok(false) => Renewed::Gone,
+            Err(_) => Renewed::Failed,
+        },
+        Err(Error::Redis(e)) if reply_text(&e).is_some_and(|t| is_wrong_type(&t)) => Renewed::Gone,
+        Err(_) => Renewed::Failed,
+    };
+    let lost = {
+        let mut lease = hold.lease();
+        let now = Instant::now();
+        let gone = lease.renewed(sent, now, outcome);
+        (gone && lease.mark_lost(now, LostReason::Gone)).then_some(lease.end)
+    };
+    match lost {
+        Some(end) => {
+            keeper.remove(&hold);
+            hold.signal_lost(LostReason::Gone, end);
+            hold.close_owned();
+        }
+        None => keeper.add(&hold),
+    }
+}
+
+/// The keeper of the blocking front end: one for the process, on a thread of its own.
+pub(crate) fn blocking_keeper() -> Arc<Keeper> {
+    blocking().0.clone()
+}
+
+fn blocking() -> &'static (Arc<Keeper>, tokio::runtime::Handle) {
+    static KEEPER: OnceLock<(Arc<Keeper>, tokio::runtime::Handle)> = OnceLock::new();
+    KEEPER.get_or_init(|| {
+        let keeper = Arc::new(Keeper::default());
+        let running = keeper.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("redislock-renew".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("the renewal thread's runtime");
+                let _ = tx.send(rt.handle().clone());
+                rt.block_on(running.run());
+            })
+            .expect("the renewal thread");
+        (keeper, rx.recv().expect("the renewal thread's runtime"))
+    })
+}
+
+/// Runs `work` on the current runtime, or else on the renewal thread's.
+pub(crate) fn spawn<F: std::future::Future<Output = ()> + Send + 'static>(work: F) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn(work)),
+        Err(_) => drop(blocking().1.spawn(work)),
+    }
+}
+
+/// Runs `work` on the renewal thread's runtime and waits for it (the blocking front end's
+/// requests on a bound hold's own connection, which lives there).
+pub(crate) fn run_blocking<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    blocking().1.spawn(async move {
+        let _ = tx.send(work.await);
+    });
+    rx.recv().expect("the renewal thread runs")
+}
+
+/// The keeper of the current tokio runtime: one task per runtime, started with its first hold
+/// (it ends with the runtime).
+pub(crate) fn runtime_keeper() -> Arc<Keeper> {
+    static KEEPERS: OnceLock<Mutex<HashMap<tokio::runtime::Id, Weak<Keeper>>>> = OnceLock::new();
+    let handle = tokio::runtime::Handle::current();
+    let mut keepers = KEEPERS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Some(k) = keepers.get(&handle.id()).and_then(Weak::upgrade) {
+        return k;
+    }
+    keepers.retain(|_, k| k.strong_count() > 0);
+    let keeper = Arc::new(Keeper::default());
+    keepers.insert(handle.id(), Arc::downgrade(&keeper));
+    handle.spawn(keeper.clone().run());
+    keeper
+}

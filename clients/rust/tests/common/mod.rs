@@ -1,0 +1,154 @@
+//! Throw-away servers with the module loaded, on free loopback ports, and a TCP proxy that can
+//! hold traffic back (a partition). The server binary is `$REDIS_SERVER` (default
+//! `redis-server`), the module the repository's `target/release/libredislock.so` (or
+//! `$REDISLOCK_MODULE`); `make build` builds it.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn module() -> PathBuf {
+    std::env::var_os("REDISLOCK_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/release/libredislock.so")
+        })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl Server {
+    pub fn start() -> Server {
+        let module = module();
+        assert!(
+            module.exists(),
+            "{} is missing: run make build",
+            module.display()
+        );
+        let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        for _ in 0..8 {
+            let port = free_port();
+            let dir = std::env::temp_dir()
+                .join(format!("redislock-client-{}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut cmd = Command::new(&binary);
+            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .arg("--dir")
+                .arg(&dir)
+                .arg("--loadmodule")
+                .arg(&module)
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--logfile")
+                .arg(dir.join("redis.log"))
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            // SAFETY: prctl is async-signal-safe, as required between fork and exec. The
+            // server dies with the test binary, however it ends.
+            unsafe {
+                cmd.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+            let child = cmd
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"));
+            let mut server = Server { child, port, dir };
+            if server.wait_ready() {
+                return server;
+            }
+        }
+        panic!("{binary} did not start on any of 8 ports");
+    }
+
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // the port was taken, say: another one
+            }
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                if let Ok(mut c) = redis::Client::open(self.url()).and_then(|c| c.get_connection())
+                {
+                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                        return true;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn conn(&self) -> redis::Connection {
+        let c = redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c
+    }
+
+    /// The number of calls of `command` (lower case) the server counted.
+    pub fn calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.conn())
+            .unwrap();
+        let key = format!("cmdstat_{command}:calls=");
+        info.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|rest| rest.split(',').next())
+            .map_or(0, |n| n.parse().unwrap())
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child process by its id; a SIGSTOPped server gets SIGCONT
+        // first so that the kill is delivered at once.
+        unsafe {
+            libc::kill(self.pid(), libc::SIGCONT);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds; panics after `within`.
+pub fn until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,10 @@
+//! The client against real servers (`$REDIS_SERVER` with the module), each test on servers of
+//! its own: `cargo test -p redislock-client --test servers`.
+
+mod common;
+
+mod aio;
+mod blocking;
+mod ephemeral;
+mod guarded;
+mod lease;
