@@ -120,6 +120,10 @@ def run_rust_example(block: Block, example: str, port: int) -> "subprocess.Compl
                           stdin=subprocess.DEVNULL)
 
 
+# A Rust example may have to wait for cargo's build directory (make test builds the Rust client
+# beside the client suites) and then build: more than the suite's 60 s on a busy machine. Each
+# run is bounded by its own subprocess timeout.
+@pytest.mark.timeout(660)
 @pytest.mark.parametrize("program,output", runnable(), ids=lambda b: b.where if b else "")
 def test_program_prints_what_the_page_shows(program: Block, output: Optional[Block]) -> None:
     server = Server()
