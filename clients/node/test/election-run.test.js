@@ -189,10 +189,11 @@ for (const lib of LIBRARIES) {
     test("a killed server aborts the work at the close, and the run goes on when it is back", { timeout: 30000 }, async () => {
       const own = await Server.start(); // a server of its own, killed with SIGKILL
       let back = null;
-      const made = await locker(own.port);
-      // A lease of 30 s: the first renewal would come 10 s after the grant.
-      const r = runner(made.election(key("kill9"), { leaseMs: 30000 }), { follow: false });
+      let r = null;
       try {
+        const made = await locker(own.port);
+        // A lease of 30 s: the first renewal would come 10 s after the grant.
+        r = runner(made.election(key("kill9"), { leaseMs: 30000 }), { follow: false });
         const started = (await r.rec.wait("start")).at;
         await own.stop(); // the term's socket closes with the server
         const stopped = (await r.rec.wait("stopped")).at;
@@ -202,7 +203,8 @@ for (const lib of LIBRARIES) {
         back = await Server.start([], own.port); // the server comes back: the run campaigns again
         await r.rec.wait("start", 2);
       } finally {
-        await r.stop();
+        if (r) await r.stop();
+        await own.stop(); // killed already unless the test failed before
         if (back) await back.stop();
       }
     });

@@ -294,7 +294,11 @@ def test_a_partitioned_leader_s_work_is_cancelled_before_its_successor_starts(
 @pytest.mark.parametrize("kind", FRONTS)
 def test_a_killed_server_cancels_the_work_at_the_close_and_the_run_goes_on_when_it_is_back(kind: str) -> None:
     s = Server()  # a server of its own, killed with SIGKILL
-    front = Front(kind, s.port)
+    try:
+        front = Front(kind, s.port)
+    except BaseException:
+        s.stop()
+        raise
     try:
         # A lease of 30 s: the first renewal would come 10 s after the grant.
         runner = Runner(front, front.election(front.client(), "el:run-kill9", lease=30), follow=False)
