@@ -18,7 +18,8 @@
 // vacancy.
 "use strict";
 
-const { LockError, UnsupportedError } = require("./errors");
+const { LockError, LockKindError, UnsupportedError } = require("./errors");
+const { isReply } = require("./replies");
 const { Run } = require("./run");
 const { proclaim } = require("./proclaim");
 
@@ -280,14 +281,24 @@ class Election {
     this.running = { run, stop };
     const following = onNewLeader ? this.follow(run, stopping.signal) : null;
     try {
+      let pause = RETRY_FIRST_MS;
       while (run.campaigning()) {
         let term;
         try {
           term = await this.campaign({ signal: stopping.signal });
         } catch (err) {
           if (run.stopped) break;
-          throw err;
+          // A server that does not answer (restarting, failing over, killed) does not end the
+          // run: it campaigns again once the server answers. Its refusals do.
+          if (isReply(err) || err instanceof UnsupportedError || err instanceof LockKindError || !(err instanceof LockError)) throw err;
+          await new Promise((resolve) => {
+            const timer = setTimeout(resolve, pause);
+            stopping.signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
+          });
+          pause = Math.min(pause * 2, RETRY_MOST_MS);
+          continue;
         }
+        pause = RETRY_FIRST_MS;
         await this.work(run, fn, term);
       }
     } finally {
