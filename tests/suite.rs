@@ -41,3 +41,4 @@ mod soak;
 mod timer_slices;
 mod upgrade;
 mod versions;
+mod wait_ends;

@@ -111,8 +111,7 @@ pub fn block(ctx: &Context, name: &RedisString, id: LockId, saw: Saw, timeout_ms
     with(|o| o.add(handle, id, saw, watch));
     stats::OBSERVES.bump();
     if timeout_ms > 0 {
-        let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
-        scheduler::at(ctx, Job::Deadline(handle), deadline);
+        scheduler::timeout_after(ctx, handle, timeout_ms);
     }
     true
 }

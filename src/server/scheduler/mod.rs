@@ -166,6 +166,17 @@ pub fn at(ctx: &Context, job: Job, at_ms: i64) {
     }
 }
 
+/// Ends the wait `handle` once `timeout_ms` have passed, never before:
+/// the clock counts whole milliseconds, so the one it reads now may be all
+/// but spent, and the wait is given the next one too (as the server's own
+/// blocking commands end a wait only once their deadline has passed).
+pub fn timeout_after(ctx: &Context, handle: BlockedId, timeout_ms: u64) {
+    let deadline = ffi::now_ms()
+        .saturating_add(i64::try_from(timeout_ms).unwrap_or(i64::MAX))
+        .saturating_add(1);
+    at(ctx, Job::Deadline(handle), deadline);
+}
+
 /// Runs `job` in the next pass of the event loop.
 pub fn soon(ctx: &Context, job: Job) {
     at(ctx, job, ffi::now_ms());

@@ -47,8 +47,7 @@ pub fn block_all(
         }
     }
     if timeout_ms > 0 {
-        let deadline = ffi::now_ms().saturating_add(timeout_ms as i64);
-        scheduler::at(ctx, Job::Deadline(handle), deadline);
+        scheduler::timeout_after(ctx, handle, timeout_ms);
     }
     true
 }
