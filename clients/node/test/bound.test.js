@@ -200,7 +200,7 @@ for (const lib of LIBRARIES) {
         const calls = [];
         const first = locker.election(key("app"));
         await first.campaign();
-        const candidate = own.election(key("app"), { leaseMs: 900, onLost: (err) => calls.push(err) });
+        const candidate = own.election(key("app"), { leaseMs: 1500, onLost: (err) => calls.push(err) });
         const waiting = candidate.campaign({ wait: 10000 });
         await eventually(async () => (await locker.info(key("app"))).waiters === 1, 5000, "the candidate queued");
         await sleep(600); // the wait lasts longer than the application's timeouts

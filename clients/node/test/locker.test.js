@@ -419,8 +419,9 @@ for (const lib of LIBRARIES) {
 
     test("using() and LOCK.CALL with a shared hold", async () => {
       const other = await locker.acquire(key("{u}"), 10000, { shared: true });
-      const result = await locker.using(key("{u}"), 300, { shared: true }, async (signal, hold) => {
-        await new Promise((r) => setTimeout(r, 700)); // past two leases: the renewals keep it
+      // Renewed every 400 ms: a busy machine's stall of the event loop must not pass for a loss.
+      const result = await locker.using(key("{u}"), 1200, { shared: true }, async (signal, hold) => {
+        await new Promise((r) => setTimeout(r, 2500)); // past two leases: the renewals keep it
         assert.equal(signal.aborted, false);
         assert.equal(await hold.owned(), true);
         await hold.call("SET", key("{u}:v"), "1");

@@ -302,11 +302,11 @@ def test_arguments_are_checked() -> None:
 
 
 def test_no_timeout_means_held_until_released(r: redis.Redis) -> None:
-    lock = redislock.Lock(r, "lock:o", lease=0.3)
+    lock = redislock.Lock(r, "lock:o", lease=0.9)
     assert lock.acquire()
     fence = lock.fence
     renewals = calls(r, "lock.extend")
-    # Three leases' worth of time: without renewals the lock would be gone.
+    # Four renewals, more than a lease's time: without them the lock would be gone.
     wait_for(lambda: calls(r, "lock.extend") >= renewals + 4, seconds=5)
     assert lock.owned() and info(r, "lock:o")["fence"] == fence
     assert not lock.lost.is_set()
@@ -317,7 +317,7 @@ def test_no_timeout_means_held_until_released(r: redis.Redis) -> None:
 
 
 def test_auto_renew_with_timeout(r: redis.Redis) -> None:
-    lock = redislock.Lock(r, "lock:p", timeout=0.3, auto_renew=True)
+    lock = redislock.Lock(r, "lock:p", timeout=0.9, auto_renew=True)
     assert lock.acquire()
     renewals = calls(r, "lock.extend")
     wait_for(lambda: calls(r, "lock.extend") >= renewals + 4, seconds=5)
