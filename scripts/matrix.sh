@@ -5,7 +5,9 @@
 # starts its own servers on free ports and mostly waits on them, so on 2 cores they overlap well.
 # After each server's integration tests, the Rust client's tests against that server (`cargo test
 # -p redislock-client`, with its unit tests on the first server).
-# On the first server `cargo test --release` also runs the unit tests and the torture tests
+# On the first server `cargo test --profile tests` (Cargo.toml: the release profile without its
+# whole-program LTO, for the test binaries; the module they load is the release build) also runs
+# the unit tests and the torture tests
 # (tests/torture.rs, tests/multi_torture.rs); make stress runs them on the others. The client
 # libraries' Cluster tests run on the first and last server only (`make test-clients` runs them
 # on every server). Every run goes to its end, whatever failed before it (`--no-fail-fast`:
@@ -22,7 +24,7 @@ servers=$(scripts/servers.sh) || exit 1
 first=$(head -n 1 <<<"$servers")
 last=$(tail -n 1 <<<"$servers")
 # Build every test binary first, so that compiler output does not mix with the runs.
-"$cargo" test --release --no-run || exit 1
+"$cargo" test --profile tests --no-run || exit 1
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/redislock-matrix.XXXXXX")
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$logs"' EXIT
@@ -64,8 +66,8 @@ failed=()
 for server in $servers; do
     if [ "$server" = "$first" ]; then tests=(); else tests=(--test suite --test deps); fi
     echo "# integration tests on $(label "$server")"
-    echo "REDIS_SERVER=$server $cargo test --release --no-fail-fast ${tests[*]}"
-    REDIS_SERVER=$server "$cargo" test --release --no-fail-fast "${tests[@]}" \
+    echo "REDIS_SERVER=$server $cargo test --profile tests --no-fail-fast ${tests[*]}"
+    REDIS_SERVER=$server "$cargo" test --profile tests --no-fail-fast "${tests[@]}" \
         || failed+=("$(label "$server"): cargo test")
     # The Rust client: its unit tests on the first server's run, its tests against servers on each.
     if [ "$server" = "$first" ]; then

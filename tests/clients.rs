@@ -157,8 +157,12 @@ fn cargo_example(name: &str) -> Command {
         for example in CARGO_EXAMPLES {
             build.args(["--example", example]);
         }
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            build.arg("--release");
+        // The directory is named after the profile ("debug" is the dev profile's).
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some(profile) => {
+                build.args(["--profile", profile]);
+            }
         }
         let out = build
             .output()
