@@ -37,6 +37,7 @@ pub mod aio;
 pub mod core;
 
 mod blocking;
+mod cancel;
 mod hold;
 mod lost;
 mod owned;
@@ -47,8 +48,10 @@ use std::time::Duration;
 /// The redis crate this client is built on (for `redis::cmd` in guarded writes).
 pub use redis;
 
-pub use crate::blocking::{Hold, Lock, Locker};
+pub use crate::blocking::{Election, Hold, Lock, Locker, MultiHold, MultiLock, Observer};
+pub use crate::cancel::{Stopper, Term};
 pub use crate::core::args::{Mode, Token};
+pub use crate::core::election::Leader;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::lease::LostReason;
 pub use crate::core::reply::{Holder, LockInfo};

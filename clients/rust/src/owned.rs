@@ -76,6 +76,8 @@ pub(crate) struct Spec<'a> {
     pub token: &'a Token,
     pub ttl: Ttl,
     pub mode: Mode,
+    /// `DATA` (an election's candidate).
+    pub data: Option<&'a [u8]>,
 }
 
 /// A granted bound hold, before it is scheduled.
@@ -106,7 +108,7 @@ pub(crate) async fn acquire(
             mode: spec.mode,
             ephemeral: true,
             wait,
-            data: None,
+            data: spec.data,
         }
         .args();
         let bound = Attempt::bound(wait, COMMAND_TIMEOUT);

@@ -8,3 +8,4 @@ mod blocking;
 mod ephemeral;
 mod guarded;
 mod lease;
+mod multi;

@@ -15,12 +15,14 @@ use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 
 mod hold;
+mod multi;
 
 use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
 pub use hold::Hold;
+pub use multi::{MultiHold, MultiLock};
 
 struct Inner {
     client: redis::Client,
@@ -228,6 +230,7 @@ impl Lock {
             token: &token,
             ttl: self.ttl,
             mode: self.mode,
+            data: None,
         };
         let Some(g) =
             owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?
