@@ -14,6 +14,7 @@ use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 
+mod election;
 mod hold;
 mod multi;
 
@@ -21,6 +22,7 @@ use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
+pub use election::{Election, Observer};
 pub use hold::Hold;
 pub use multi::{MultiHold, MultiLock};
 

@@ -50,9 +50,12 @@ fn unexpected(v: &Value) -> Error {
     )))
 }
 
+/// A holder as `LOCK.OBSERVE` shows it: its fence and data.
+pub type Observed = (u64, Option<Vec<u8>>);
+
 /// `LOCK.OBSERVE`: `Some((fence, data))` (`(0, None)`: nobody holds the key), `None` when the
 /// wait ended without a change (nil).
-pub fn observed(v: &Value) -> Result<Option<(u64, Option<Vec<u8>>)>, Error> {
+pub fn observed(v: &Value) -> Result<Option<Observed>, Error> {
     match v {
         Value::Nil => Ok(None),
         Value::Array(items) if items.len() == 2 => {
@@ -95,7 +98,7 @@ pub enum Change {
 /// gave out last, and its failures in a row.
 #[derive(Clone, Debug, Default)]
 pub struct Observation {
-    seen: Option<(u64, Option<Vec<u8>>)>,
+    seen: Option<Observed>,
     last: u64,
     last_data: Option<Vec<u8>>,
     leading: bool,

@@ -120,9 +120,12 @@ fn unexpected(what: &str, v: &Value) -> Error {
     )))
 }
 
+/// A multi-key grant: the token and the fence of each key.
+pub type GrantAll = (Vec<u8>, Vec<u64>);
+
 /// `LOCK.ACQUIREALL`: `Some((token, fences))`, one fence per key in the order given, when
 /// granted; `None` when not (nil).
-pub fn grant_all(v: &Value, keys: usize) -> Result<Option<(Vec<u8>, Vec<u64>)>, Error> {
+pub fn grant_all(v: &Value, keys: usize) -> Result<Option<GrantAll>, Error> {
     let bad = || unexpected("LOCK.ACQUIREALL", v);
     match v {
         Value::Nil => Ok(None),
