@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
@@ -58,7 +58,7 @@ pub(crate) async fn open(
     let resp3 = redis::Client::open(info.set_redis_settings(settings))?;
     let watch = Arc::new(Watch::default());
     let seen = watch.clone();
-    let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
+    let config = crate::renewer::unbounded().set_push_sender(move |push: PushInfo| {
         if push.kind == PushKind::Disconnection {
             seen.closed();
         }

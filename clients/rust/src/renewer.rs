@@ -17,6 +17,20 @@ use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
 use crate::core::reply;
 use crate::hold::Shared;
 
+/// A multiplexed connection of the client's own. Every request on it is bounded by its caller
+/// (a wait reads as long as it waits), so the redis crate's own response timeout (500 ms by
+/// default, which would end any wait in the server longer than that) is off.
+pub(crate) async fn connect(client: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
+    client
+        .get_multiplexed_async_connection_with_config(&unbounded())
+        .await
+}
+
+/// The settings of the client's multiplexed connections: no response timeout of the crate's.
+pub(crate) fn unbounded() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(None)
+}
+
 /// Where the renewals of a locker's holds go: one multiplexed connection of the locker's own,
 /// opened when first needed and again after a failure.
 ///
@@ -73,7 +87,7 @@ impl Channel {
                                 "the hold's own connection is closed",
                             )));
                         };
-                        let c = client.get_multiplexed_async_connection().await?;
+                        let c = connect(client).await?;
                         *slot = Some(c.clone());
                         c
                     }

@@ -178,3 +178,30 @@ async fn the_tokio_front_end() {
     .unwrap();
     assert_eq!(worked.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn tokio_campaigns_and_observers_wait_longer_than_half_a_second() {
+    let server = Server::start();
+    let locker = aio::Locker::open(server.url().as_str()).unwrap();
+    let mut a = locker.election("election:long");
+    let mut b = locker.election("election:long");
+    let t1 = a.campaign(None).await.unwrap();
+    let mut observer = locker.election("election:long").observe();
+    assert_eq!(observer.next().await.unwrap().unwrap().unwrap().term, t1);
+    let queued = Locker::open(server.url().as_str()).unwrap();
+    let (second, (waited, seen)) = tokio::join!(b.campaign(Some(30 * SEC)), async {
+        while queued.info("election:long").unwrap().unwrap().waiters == 0 {
+            tokio::time::sleep(5 * MS).await;
+        }
+        // The candidate and the observer wait in the server for longer than the redis
+        // crate's default response timeout of its multiplexed connections.
+        let since = std::time::Instant::now();
+        tokio::time::sleep(1200 * MS).await;
+        a.resign().await.unwrap();
+        (since.elapsed(), observer.next().await)
+    });
+    let t2 = second.unwrap();
+    assert!(waited >= 1200 * MS && t2 > t1);
+    let seen = seen.unwrap().unwrap();
+    assert_eq!(seen.map(|l| l.term), Some(t2));
+}

@@ -315,7 +315,7 @@ impl Observer {
         let run = async {
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(client.get_multiplexed_async_connection().await?),
+                None => slot.insert(crate::renewer::connect(client).await?),
             };
             args::cmd(line).query_async::<Value>(conn).await
         };

@@ -80,7 +80,7 @@ impl Inner {
     /// A wait, on a connection of its own.
     async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
         let run = async {
-            let mut conn = self.client.get_multiplexed_async_connection().await?;
+            let mut conn = crate::renewer::connect(&self.client).await?;
             args::cmd(line).query_async::<Value>(&mut conn).await
         };
         if bound == Duration::MAX {
