@@ -145,3 +145,38 @@ impl Term {
         self.ended.wait().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_term_ends_once_whoever_ends_it() {
+        let run = Arc::new(RunState::default());
+        let stopper = Stopper { run: run.clone() };
+        let term = Term {
+            term: 7,
+            ended: Cancel::default(),
+        };
+        run.set_current(Some(term.ended.clone()));
+        assert!(!term.is_ended() && !term.wait_ended(Duration::from_millis(1)));
+        run.end_current(); // lost
+        assert!(term.is_ended() && term.wait_ended(Duration::ZERO));
+        assert!(!term.ended.fire(), "once");
+        assert!(!stopper.is_stopped());
+        let next = Cancel::default();
+        run.set_current(Some(next.clone()));
+        stopper.stop();
+        assert!(stopper.is_stopped() && next.is_set());
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let later = Cancel::default();
+            let fired = later.clone();
+            tokio::spawn(async move { fired.fire() });
+            later.wait().await;
+        });
+    }
+}

@@ -3,7 +3,10 @@
 //! the server, a lease clock that tells a holder it lost the lock before the server can grant
 //! it to anyone else, and renewal in the background.
 //!
-//! The blocking front end is [`Locker`], [`Lock`] and [`Hold`]; [`aio`] has the same for tokio.
+//! The blocking front end is [`Locker`], [`Lock`] and [`Hold`], [`MultiLock`] and [`MultiHold`]
+//! (several keys taken in one atomic step, a fence per key) and [`Election`] (a leader elected
+//! in the server, its term the fence, [`Observer`] of each change); [`aio`] has the same for
+//! tokio.
 //! Both carry out the decisions of an I/O-free core ([`core`]: command lines, replies, errors,
 //! the lease clock and the renewal schedule).
 //!
