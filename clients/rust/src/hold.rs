@@ -16,6 +16,8 @@ pub type OnLost = Arc<dyn Fn(&Lost) + Send + Sync>;
 pub(crate) struct HoldState {
     pub id: u64,
     pub name: Vec<u8>,
+    /// The keys of a multi-key hold (renewed each in turn); empty for one key (`name`).
+    pub keys: Vec<Vec<u8>>,
     pub token: Vec<u8>,
     pub fence: u64,
     pub lease: Mutex<Lease>,
@@ -49,6 +51,7 @@ impl HoldState {
         Arc::new(HoldState {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             name,
+            keys: Vec::new(),
             token,
             fence,
             lease: Mutex::new(Lease::new(sent, ttl_ms, auto_renew)),
@@ -56,6 +59,26 @@ impl HoldState {
             on_lost,
             channel,
         })
+    }
+
+    /// The hold of several keys (`name` is their label).
+    #[allow(clippy::too_many_arguments)]
+    pub fn multi(
+        keys: Vec<Vec<u8>>,
+        token: Vec<u8>,
+        fence: u64,
+        ttl_ms: u64,
+        sent: Instant,
+        auto_renew: bool,
+        on_lost: Option<OnLost>,
+        channel: Arc<Channel>,
+    ) -> Shared {
+        let label = crate::core::multi::label(&keys).into_bytes();
+        let mut state = HoldState::new(
+            label, token, fence, ttl_ms, sent, auto_renew, on_lost, channel,
+        );
+        Arc::get_mut(&mut state).expect("a new hold").keys = keys;
+        state
     }
 
     pub fn name_lossy(&self) -> String {

@@ -3,7 +3,10 @@
 //! the server, a lease clock that tells a holder it lost the lock before the server can grant
 //! it to anyone else, and renewal in the background.
 //!
-//! The blocking front end is [`Locker`], [`Lock`] and [`Hold`]; [`aio`] has the same for tokio.
+//! The blocking front end is [`Locker`], [`Lock`] and [`Hold`], [`MultiLock`] and [`MultiHold`]
+//! (several keys taken in one atomic step, a fence per key) and [`Election`] (a leader elected
+//! in the server, its term the fence, [`Observer`] of each change); [`aio`] has the same for
+//! tokio.
 //! Both carry out the decisions of an I/O-free core ([`core`]: command lines, replies, errors,
 //! the lease clock and the renewal schedule).
 //!
@@ -37,6 +40,7 @@ pub mod aio;
 pub mod core;
 
 mod blocking;
+mod cancel;
 mod hold;
 mod lost;
 mod owned;
@@ -47,8 +51,10 @@ use std::time::Duration;
 /// The redis crate this client is built on (for `redis::cmd` in guarded writes).
 pub use redis;
 
-pub use crate::blocking::{Hold, Lock, Locker};
+pub use crate::blocking::{Election, Hold, Lock, Locker, MultiHold, MultiLock, Observer};
+pub use crate::cancel::{Stopper, Term};
 pub use crate::core::args::{Mode, Token};
+pub use crate::core::election::Leader;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::lease::LostReason;
 pub use crate::core::reply::{Holder, LockInfo};

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Instant;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
+use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
@@ -58,7 +58,7 @@ pub(crate) async fn open(
     let resp3 = redis::Client::open(info.set_redis_settings(settings))?;
     let watch = Arc::new(Watch::default());
     let seen = watch.clone();
-    let config = AsyncConnectionConfig::new().set_push_sender(move |push: PushInfo| {
+    let config = crate::renewer::unbounded().set_push_sender(move |push: PushInfo| {
         if push.kind == PushKind::Disconnection {
             seen.closed();
         }
@@ -76,6 +76,8 @@ pub(crate) struct Spec<'a> {
     pub token: &'a Token,
     pub ttl: Ttl,
     pub mode: Mode,
+    /// `DATA` (an election's candidate).
+    pub data: Option<&'a [u8]>,
 }
 
 /// A granted bound hold, before it is scheduled.
@@ -106,7 +108,7 @@ pub(crate) async fn acquire(
             mode: spec.mode,
             ephemeral: true,
             wait,
-            data: None,
+            data: spec.data,
         }
         .args();
         let bound = Attempt::bound(wait, COMMAND_TIMEOUT);

@@ -17,6 +17,20 @@ use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
 use crate::core::reply;
 use crate::hold::Shared;
 
+/// A multiplexed connection of the client's own. Every request on it is bounded by its caller
+/// (a wait reads as long as it waits), so the redis crate's own response timeout (500 ms by
+/// default, which would end any wait in the server longer than that) is off.
+pub(crate) async fn connect(client: &redis::Client) -> redis::RedisResult<MultiplexedConnection> {
+    client
+        .get_multiplexed_async_connection_with_config(&unbounded())
+        .await
+}
+
+/// The settings of the client's multiplexed connections: no response timeout of the crate's.
+pub(crate) fn unbounded() -> redis::AsyncConnectionConfig {
+    redis::AsyncConnectionConfig::new().set_response_timeout(None)
+}
+
 /// Where the renewals of a locker's holds go: one multiplexed connection of the locker's own,
 /// opened when first needed and again after a failure.
 ///
@@ -73,7 +87,7 @@ impl Channel {
                                 "the hold's own connection is closed",
                             )));
                         };
-                        let c = client.get_multiplexed_async_connection().await?;
+                        let c = connect(client).await?;
                         *slot = Some(c.clone());
                         c
                     }
@@ -156,10 +170,9 @@ impl Keeper {
     }
 }
 
-async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {
-    let ttl_ms = hold.lease().ttl_ms;
-    let line = args::extend(&hold.name, &hold.token, Ttl::Px(ttl_ms));
-    let outcome = match hold
+async fn renew_key(hold: &Shared, key: &[u8], ttl_ms: u64, bound: Duration) -> Renewed {
+    let line = args::extend(key, &hold.token, Ttl::Px(ttl_ms));
+    match hold
         .channel
         .send(&line, bound, &hold.name_lossy(), "renewal")
         .await
@@ -171,6 +184,29 @@ async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant
         },
         Err(Error::Redis(e)) if reply_text(&e).is_some_and(|t| is_wrong_type(&t)) => Renewed::Gone,
         Err(_) => Renewed::Failed,
+    }
+}
+
+async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {
+    let ttl_ms = hold.lease().ttl_ms;
+    let outcome = if hold.keys.is_empty() {
+        renew_key(&hold, &hold.name, ttl_ms, bound).await
+    } else {
+        // Each key in turn, within the lease left; stopped at the first key found gone.
+        let until = sent + bound;
+        let mut outcomes = Vec::with_capacity(hold.keys.len());
+        for key in &hold.keys {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let o = renew_key(&hold, key, ttl_ms, left).await;
+            outcomes.push(o);
+            if o == Renewed::Gone {
+                break;
+            }
+        }
+        crate::core::multi::renewal(&outcomes, hold.keys.len())
     };
     let lost = {
         let mut lease = hold.lease();

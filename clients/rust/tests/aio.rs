@@ -137,3 +137,23 @@ async fn without_renewal_the_lease_clock_runs_out() {
     assert!(lost.lease_end >= before + 295 * MS && lost.lease_end <= after + 295 * MS);
     assert!(!hold.is_held());
 }
+
+#[tokio::test]
+async fn a_wait_in_the_server_longer_than_half_a_second_is_granted() {
+    let server = Server::start();
+    let locker = Locker::open(server.url().as_str()).unwrap();
+    let lock = locker.lock("lock:long");
+    let first = lock.acquire(SEC).await.unwrap();
+    let (second, waited) = tokio::join!(lock.acquire(30 * SEC), async {
+        while lock.info().await.unwrap().unwrap().waiters == 0 {
+            tokio::time::sleep(5 * MS).await;
+        }
+        // Longer than the redis crate's default response timeout (500 ms).
+        let since = Instant::now();
+        tokio::time::sleep(1200 * MS).await;
+        first.release().await.unwrap();
+        since.elapsed()
+    });
+    assert!(waited >= 1200 * MS);
+    assert!(second.unwrap().is_held());
+}

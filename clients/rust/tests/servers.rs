@@ -5,6 +5,8 @@ mod common;
 
 mod aio;
 mod blocking;
+mod election;
 mod ephemeral;
 mod guarded;
 mod lease;
+mod multi;

@@ -14,13 +14,17 @@ use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 
+mod election;
 mod hold;
+mod multi;
 
 use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
+pub use election::{Election, Observer};
 pub use hold::Hold;
+pub use multi::{MultiHold, MultiLock};
 
 struct Inner {
     client: redis::Client,
@@ -76,7 +80,7 @@ impl Inner {
     /// A wait, on a connection of its own.
     async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
         let run = async {
-            let mut conn = self.client.get_multiplexed_async_connection().await?;
+            let mut conn = crate::renewer::connect(&self.client).await?;
             args::cmd(line).query_async::<Value>(&mut conn).await
         };
         if bound == Duration::MAX {
@@ -228,6 +232,7 @@ impl Lock {
             token: &token,
             ttl: self.ttl,
             mode: self.mode,
+            data: None,
         };
         let Some(g) =
             owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?

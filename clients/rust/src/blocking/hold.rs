@@ -117,7 +117,7 @@ impl Hold {
 
     /// Sends a request of the hold: on its own connection if it is bound (`EPHEMERAL`), else
     /// on the locker's.
-    fn send(
+    pub(crate) fn send(
         &self,
         line: Vec<Vec<u8>>,
         bound: Duration,

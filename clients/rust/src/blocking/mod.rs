@@ -1,12 +1,18 @@
 //! The blocking front end: `Locker`, `Lock`, `Hold`.
 
 mod conn;
+mod election;
 mod hold;
+mod multi;
+mod observe;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use election::Election;
 pub use hold::Hold;
+pub use multi::{MultiHold, MultiLock};
+pub use observe::Observer;
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
@@ -216,6 +222,7 @@ impl Lock {
                 token: &token,
                 ttl,
                 mode,
+                data: None,
             };
             owned::acquire(&client, spec, Attempt::new(deadline)).await
         })?;

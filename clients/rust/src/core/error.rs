@@ -41,6 +41,9 @@ pub enum Error {
         limit: Option<u64>,
         other_mode: bool,
     },
+    /// An argument the client refuses before sending anything (a multi-lock's names, an
+    /// election's data).
+    Invalid(String),
     /// An error of the redis crate or the server that is none of the above.
     Redis(redis::RedisError),
 }
@@ -65,7 +68,7 @@ impl fmt::Display for Error {
                 "{name}: {} of {needed} replicas acknowledged",
                 replicas.map_or("none".to_string(), |r| r.to_string())
             ),
-            Error::CrossSlot(m) | Error::Unsupported(m) => f.write_str(m),
+            Error::CrossSlot(m) | Error::Unsupported(m) | Error::Invalid(m) => f.write_str(m),
             Error::Kind { message, .. } => f.write_str(message),
             Error::Redis(e) => write!(f, "{e}"),
         }

@@ -4,6 +4,8 @@
 
 pub mod acquire;
 pub mod args;
+pub mod election;
 pub mod error;
 pub mod lease;
+pub mod multi;
 pub mod reply;

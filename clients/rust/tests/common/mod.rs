@@ -34,6 +34,33 @@ fn free_port() -> u16 {
         .port()
 }
 
+fn spawn(binary: &str, module: &Path, port: u16, dir: &Path) -> Child {
+    let mut cmd = Command::new(binary);
+    cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--loadmodule")
+        .arg(module)
+        .args(["--save", "", "--appendonly", "no"])
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: prctl is async-signal-safe, as required between fork and exec. The
+    // server dies with the test binary, however it ends.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"))
+}
+
 impl Server {
     pub fn start() -> Server {
         let module = module();
@@ -48,31 +75,7 @@ impl Server {
             let dir = std::env::temp_dir()
                 .join(format!("redislock-client-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
-            let mut cmd = Command::new(&binary);
-            cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .arg("--dir")
-                .arg(&dir)
-                .arg("--loadmodule")
-                .arg(&module)
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--logfile")
-                .arg(dir.join("redis.log"))
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null());
-            // SAFETY: prctl is async-signal-safe, as required between fork and exec. The
-            // server dies with the test binary, however it ends.
-            unsafe {
-                cmd.pre_exec(|| {
-                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-            let child = cmd
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot run {binary}: {e}"));
+            let child = spawn(&binary, &module, port, &dir);
             let mut server = Server { child, port, dir };
             if server.wait_ready() {
                 return server;
@@ -98,6 +101,25 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// Kills the server and starts another on the same port (its data gone): the clients'
+    /// connections close, and new ones are refused until it is up.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.start_again();
+    }
+
+    /// Kills the server (`start_again` starts it on the same port).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn start_again(&mut self) {
+        let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        self.child = spawn(&binary, &module(), self.port, &self.dir);
+        assert!(self.wait_ready(), "restarted on port {}", self.port);
     }
 
     pub fn url(&self) -> String {

@@ -1,0 +1,395 @@
+//! `MultiLock` and `MultiHold` of the tokio front end (see the blocking [`crate::MultiLock`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::Value;
+
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Mode, Token, Ttl, Wait};
+use crate::core::error::{Error, Result};
+use crate::core::lease::{Leased, LostReason, Renewed};
+use crate::core::multi;
+use crate::core::reply::{self, LockInfo};
+use crate::hold::{HoldState, OnLost, Shared};
+use crate::lost::{Lost, LostSignal};
+use crate::renewer::{runtime_keeper, Keeper};
+use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
+
+use super::Locker;
+
+/// Several keys locked together (see the blocking [`crate::MultiLock`]).
+#[derive(Clone)]
+pub struct MultiLock {
+    locker: Locker,
+    names: Vec<Vec<u8>>,
+    ttl: Ttl,
+    shared: bool,
+    auto_renew: bool,
+    on_lost: Option<OnLost>,
+    token: Option<Token>,
+}
+
+impl Locker {
+    /// The lock of every key of `names` at once (see the blocking [`crate::Locker::multi_lock`]).
+    pub fn multi_lock<N: Into<Vec<u8>>>(&self, names: impl IntoIterator<Item = N>) -> MultiLock {
+        MultiLock {
+            locker: self.clone(),
+            names: names.into_iter().map(Into::into).collect(),
+            ttl: Ttl::from_duration(DEFAULT_LEASE),
+            shared: false,
+            auto_renew: true,
+            on_lost: None,
+            token: None,
+        }
+    }
+}
+
+impl MultiLock {
+    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
+        self.ttl = Ttl::from_duration(ttl);
+        self
+    }
+
+    pub fn shared(mut self, on: bool) -> MultiLock {
+        self.shared = on;
+        self
+    }
+
+    pub fn auto_renew(mut self, on: bool) -> MultiLock {
+        self.auto_renew = on;
+        self
+    }
+
+    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    pub fn token(mut self, token: Token) -> MultiLock {
+        self.token = Some(token);
+        self
+    }
+
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.names
+    }
+
+    /// `LOCK.INFO` of each key, in the order of the names.
+    pub async fn info(&self) -> Result<Vec<Option<LockInfo>>> {
+        let mut all = Vec::with_capacity(self.names.len());
+        for n in &self.names {
+            all.push(self.locker.info(n).await?);
+        }
+        Ok(all)
+    }
+
+    /// Takes every key if all are free now: `None` if not.
+    pub async fn try_acquire(&self) -> Result<Option<MultiHold>> {
+        self.take(None).await
+    }
+
+    /// Takes every key at once, waiting in the server up to `wait`; `Error::Busy` if not
+    /// granted by then.
+    pub async fn acquire(&self, wait: Duration) -> Result<MultiHold> {
+        self.take(Some(Instant::now() + wait))
+            .await?
+            .ok_or_else(|| Error::Busy {
+                name: multi::label(&self.names),
+            })
+    }
+
+    async fn send(
+        &self,
+        line: &[Vec<u8>],
+        wait: Wait,
+        label: &str,
+    ) -> Result<redis::RedisResult<Value>> {
+        let inner = &self.locker.inner;
+        Ok(match wait {
+            Wait::No => match inner
+                .channel
+                .send(line, COMMAND_TIMEOUT, label, "acquire")
+                .await
+            {
+                Ok(v) => Ok(v),
+                Err(Error::Redis(e)) => Err(e),
+                Err(e) => return Err(e),
+            },
+            _ => match inner
+                .wait(line, Attempt::bound(wait, COMMAND_TIMEOUT))
+                .await
+            {
+                Ok(Some(v)) => Ok(v),
+                Ok(None) => {
+                    return Err(Error::Timeout {
+                        name: label.to_string(),
+                        what: "acquire",
+                    })
+                }
+                Err(e) => Err(e),
+            },
+        })
+    }
+
+    async fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
+        multi::check_names(&self.names)?;
+        let inner = &self.locker.inner;
+        let label = multi::label(&self.names);
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let mode = if self.shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        let mut attempt = Attempt::new(deadline);
+        loop {
+            let Some(wait) = attempt.wait(Instant::now()) else {
+                return Ok(None);
+            };
+            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
+            let sent = Instant::now();
+            let v = match self.send(&line, wait, &label).await? {
+                Ok(v) => v,
+                Err(e) => match attempt.failed(e, &label, Instant::now()) {
+                    Next::Again => continue,
+                    Next::Pause(d) => {
+                        tokio::time::sleep(d).await;
+                        continue;
+                    }
+                    Next::NotGranted => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
+            };
+            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
+                if attempt.wait_on(Instant::now()) {
+                    continue;
+                }
+                return Ok(None);
+            };
+            let mut sent = sent;
+            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
+                let renew_sent = Instant::now();
+                let mut outcomes = Vec::new();
+                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
+                    let answer = inner.send(&line, COMMAND_TIMEOUT, &label, "acquire").await;
+                    outcomes.push(match answer.map(|v| reply::one(&v, "LOCK.EXTEND")) {
+                        Ok(Ok(true)) => Renewed::Extended,
+                        Ok(Ok(false)) => Renewed::Gone,
+                        _ => Renewed::Failed,
+                    });
+                }
+                match multi::renewal(&outcomes, self.names.len()) {
+                    Renewed::Extended => sent = renew_sent,
+                    Renewed::Gone => {
+                        let back = multi::release_all(&self.names, &granted);
+                        let _ = inner.send(&back, COMMAND_TIMEOUT, &label, "acquire").await;
+                        continue;
+                    }
+                    Renewed::Failed => {}
+                }
+            }
+            let state = HoldState::multi(
+                self.names.clone(),
+                granted,
+                fences[0],
+                self.ttl.millis(),
+                sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            let keeper = runtime_keeper();
+            keeper.add(&state);
+            return Ok(Some(MultiHold {
+                state,
+                fences,
+                ttl: self.ttl,
+                locker: self.locker.clone(),
+                keeper,
+                done: false,
+            }));
+        }
+    }
+}
+
+/// A grant of every key of a `MultiLock` (see the blocking [`crate::MultiHold`]). Dropped
+/// unreleased, it is released by a task spawned on the current runtime.
+pub struct MultiHold {
+    state: Shared,
+    fences: Vec<u64>,
+    ttl: Ttl,
+    locker: Locker,
+    keeper: Arc<Keeper>,
+    done: bool,
+}
+
+impl std::fmt::Debug for MultiHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiHold")
+            .field("names", &self.state.name_lossy())
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+impl MultiHold {
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.state.keys
+    }
+
+    /// The fence of each key, in the order of the names.
+    pub fn fences(&self) -> &[u64] {
+        &self.fences
+    }
+
+    /// The fence of the key `name`; `None` if it is not one of the keys.
+    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
+        let i = self.names().iter().position(|n| n == name.as_ref())?;
+        Some(self.fences[i])
+    }
+
+    pub fn token(&self) -> &[u8] {
+        &self.state.token
+    }
+
+    pub fn is_held(&self) -> bool {
+        !self.done && !self.lease_left().is_zero()
+    }
+
+    pub fn lease_left(&self) -> Duration {
+        self.state.left()
+    }
+
+    pub fn lost(&self) -> LostSignal {
+        self.state.signal.clone()
+    }
+
+    fn label(&self) -> String {
+        self.state.name_lossy()
+    }
+
+    async fn send(&self, line: &[Vec<u8>], bound: Duration, what: &'static str) -> Result<Value> {
+        self.locker
+            .inner
+            .send(line, bound, &self.label(), what)
+            .await
+    }
+
+    /// Sets every key's lease to `ttl` from now (see the blocking [`crate::MultiHold::extend`]).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        self.extend_to(Ttl::from_duration(ttl), "extend").await
+    }
+
+    /// Every key's lease back to the lock's `ttl`.
+    pub async fn reacquire(&mut self) -> Result<()> {
+        self.extend_to(self.ttl, "reacquire").await
+    }
+
+    async fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
+        if self.done || self.state.lease().lost.is_some() {
+            return Err(Error::Lost { name: self.label() });
+        }
+        let sent = Instant::now();
+        let bound = self.lease_left().max(Duration::from_secs(1));
+        for line in multi::extend_lines(self.names(), self.token(), ttl) {
+            let answer = self.send(&line, bound, what).await;
+            match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
+                Ok(true) => {}
+                Ok(false) | Err(Error::NotOwner { .. }) => {
+                    self.state.lose(&self.keeper, LostReason::Gone);
+                    return Err(Error::NotOwner { name: self.label() });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let moved = {
+            let mut lease = self.state.lease();
+            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
+        };
+        if moved.is_some() {
+            self.keeper.add(&self.state);
+        }
+        Ok(())
+    }
+
+    /// Asks the server whether every key still has this grant.
+    pub async fn owned(&self) -> Result<bool> {
+        if !self.is_held() {
+            return Ok(false);
+        }
+        for (name, fence) in self.names().iter().zip(&self.fences) {
+            let v = self
+                .send(&args::info(name), COMMAND_TIMEOUT, "owned")
+                .await?;
+            let mine = reply::info(&v)?
+                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
+                .unwrap_or(false);
+            if !mine {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `LOCK.INFO` of each key, in the order of the names.
+    pub async fn info(&self) -> Result<Vec<Option<LockInfo>>> {
+        let mut all = Vec::with_capacity(self.fences.len());
+        for n in self.names() {
+            all.push(reply::info(
+                &self.send(&args::info(n), COMMAND_TIMEOUT, "info").await?,
+            )?);
+        }
+        Ok(all)
+    }
+
+    /// Gives every key back (see the blocking [`crate::MultiHold::release`]).
+    pub async fn release(mut self) -> Result<()> {
+        self.done = true;
+        release(
+            self.state.clone(),
+            self.locker.clone(),
+            self.keeper.clone(),
+            self.fences.len(),
+        )
+        .await
+    }
+}
+
+async fn release(state: Shared, locker: Locker, keeper: Arc<Keeper>, keys: usize) -> Result<()> {
+    let lost = state.lease().lost.is_some() || state.left().is_zero();
+    let bound = state.left().max(Duration::from_secs(1));
+    keeper.remove(&state);
+    let label = state.name_lossy();
+    let line = multi::release_all(&state.keys, &state.token);
+    let count = locker
+        .inner
+        .send(&line, bound, &label, "release")
+        .await
+        .and_then(|v| multi::released(&v));
+    if lost {
+        return Err(Error::Lost { name: label });
+    }
+    if count? != keys as u64 {
+        return Err(Error::NotOwner { name: label });
+    }
+    Ok(())
+}
+
+impl Drop for MultiHold {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.keeper.remove(&self.state);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(release(
+                self.state.clone(),
+                self.locker.clone(),
+                self.keeper.clone(),
+                self.fences.len(),
+            ));
+        }
+    }
+}

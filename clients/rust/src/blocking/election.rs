@@ -1,0 +1,310 @@
+//! `Election` of the blocking front end: candidates wait in the server for the lock `name`
+//! (`EPHEMERAL`, on a connection the library opens for the term alone, with the candidate's
+//! `DATA`); the grant's fence is the term.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cancel::{Cancel, RunState, Stopper, Term};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::election::{self, Leader, Proclaimed};
+use crate::core::error::{translate, Error, Result};
+use crate::core::lease::Leased;
+use crate::core::reply;
+use crate::hold::{HoldState, OnLost};
+use crate::lost::{Lost, LostSignal};
+use crate::owned;
+use crate::renewer::{blocking_keeper, run_blocking};
+use crate::COMMAND_TIMEOUT;
+
+use super::observe::Observer;
+use super::{Hold, Locker};
+
+/// How long a campaign without limit waits in one request (sent again if not granted by then).
+pub(crate) const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A candidate in the election `name`: made by `Locker::election`.
+pub struct Election {
+    locker: Locker,
+    name: Vec<u8>,
+    lease: Ttl,
+    data: Option<Vec<u8>>,
+    on_lost: Option<OnLost>,
+    hold: Option<Hold>,
+    run: Arc<RunState>,
+}
+
+impl Locker {
+    /// A candidate in the election `name` (a lock key), with a lease of 10 s renewed every
+    /// third of it while it leads.
+    pub fn election(&self, name: impl Into<Vec<u8>>) -> Election {
+        Election {
+            locker: self.clone(),
+            name: name.into(),
+            lease: Ttl::from_duration(election::DEFAULT_LEASE),
+            data: None,
+            on_lost: None,
+            hold: None,
+            run: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Election {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Election")
+            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("term", &self.term())
+            .finish()
+    }
+}
+
+impl Election {
+    /// The lease of a term (default 10 s): a leader cut off from the server is signalled lost,
+    /// and succeeded, within it.
+    pub fn lease(mut self, lease: Duration) -> Election {
+        self.lease = Ttl::from_duration(lease);
+        self
+    }
+
+    /// The candidate's public data (1 to 4096 bytes), what observers see while it leads.
+    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Election {
+        self.data = Some(data.into());
+        self
+    }
+
+    /// Called once per loss of leadership, on the renewal thread.
+    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    pub fn name(&self) -> &[u8] {
+        &self.name
+    }
+
+    fn label(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+
+    /// This candidate leads: its term was granted and its lease clock has not run out.
+    pub fn is_leader(&self) -> bool {
+        self.hold.as_ref().is_some_and(Hold::is_held)
+    }
+
+    /// The term this candidate leads in.
+    pub fn term(&self) -> Option<u64> {
+        self.hold.as_ref().filter(|h| h.is_held()).map(Hold::fence)
+    }
+
+    /// Time left on the term's lease clock (zero when not leading).
+    pub fn lease_left(&self) -> Duration {
+        self.hold.as_ref().map_or(Duration::ZERO, Hold::lease_left)
+    }
+
+    /// The lost signal of the last term granted (`None` before the first).
+    pub fn lost(&self) -> Option<LostSignal> {
+        self.hold.as_ref().map(Hold::lost)
+    }
+
+    /// Waits in the server to lead (first come, first served among the candidates), up to
+    /// `wait` (`None`: without limit): the term. At once if this candidate leads already;
+    /// `Error::Busy` if not elected in time.
+    pub fn campaign(&mut self, wait: Option<Duration>) -> Result<u64> {
+        let deadline = wait.map(|w| Instant::now() + w);
+        self.elect(deadline, false)?
+            .ok_or_else(|| Error::Busy { name: self.label() })
+    }
+
+    /// A campaign; `None` when not granted by `deadline` or, with `stoppable`, stopped.
+    fn elect(&mut self, deadline: Option<Instant>, stoppable: bool) -> Result<Option<u64>> {
+        if let Some(term) = self.term() {
+            return Ok(Some(term));
+        }
+        if let Some(d) = &self.data {
+            election::check_data(d)?;
+        }
+        loop {
+            let until = deadline.unwrap_or_else(|| Instant::now() + FOREVER);
+            let (client, name, ttl, data) = (
+                self.locker.client().clone(),
+                self.name.clone(),
+                self.lease,
+                self.data.clone(),
+            );
+            let stopped = self.run.stopped.clone();
+            let granted = run_blocking(async move {
+                let token = Token::random();
+                let spec = owned::Spec {
+                    name: &name,
+                    token: &token,
+                    ttl,
+                    mode: Mode::Exclusive,
+                    data: data.as_deref(),
+                };
+                tokio::select! {
+                    g = owned::acquire(&client, spec, Attempt::new(Some(until))) => g.map(Some),
+                    _ = stopped.wait(), if stoppable => Ok(None),
+                }
+            })?;
+            match granted {
+                None => return Ok(None), // stopped: the wait's connection closed with it
+                Some(None) if deadline.is_none() => continue,
+                Some(None) => return Ok(None),
+                Some(Some(g)) => {
+                    let run = self.run.clone();
+                    let user = self.on_lost.clone();
+                    let on_lost: OnLost = Arc::new(move |l: &Lost| {
+                        run.end_current();
+                        if let Some(f) = &user {
+                            f(l);
+                        }
+                    });
+                    let state = HoldState::new(
+                        self.name.clone(),
+                        g.token,
+                        g.fence,
+                        self.lease.millis(),
+                        g.sent,
+                        true,
+                        Some(on_lost),
+                        g.channel,
+                    );
+                    let keeper = blocking_keeper();
+                    keeper.add(&state);
+                    g.watch.attach(&state, keeper.clone());
+                    self.hold = Some(Hold {
+                        state,
+                        locker: self.locker.inner.clone(),
+                        keeper,
+                        done: false,
+                    });
+                    return Ok(Some(g.fence));
+                }
+            }
+        }
+    }
+
+    /// Gives leadership up: true if this candidate led until the release; false if it did not
+    /// lead, or its term was lost meanwhile.
+    pub fn resign(&mut self) -> Result<bool> {
+        let Some(hold) = self.hold.take() else {
+            return Ok(false);
+        };
+        match hold.release() {
+            Ok(()) => Ok(true),
+            Err(Error::NotOwner { .. } | Error::Lost { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Who leads now (`LOCK.OBSERVE name`): `None` when nobody does.
+    pub fn leader(&self) -> Result<Option<Leader>> {
+        let line = vec![b"LOCK.OBSERVE".to_vec(), self.name.clone()];
+        let v = self
+            .locker
+            .inner
+            .conns
+            .send(&line, COMMAND_TIMEOUT)
+            .map_err(|e| translate(e, &self.label(), "leader"))?;
+        election::leader_of(&v)
+    }
+
+    /// The leader's data becomes `data`, in the same term (a re-grant with the term's token
+    /// and the new `DATA`, on the term's connection): observers see the new value. Later
+    /// campaigns send it too. `Error::NotOwner` if this candidate does not lead.
+    pub fn proclaim(&mut self, data: impl Into<Vec<u8>>) -> Result<()> {
+        let value = data.into();
+        election::check_data(&value)?;
+        let name = self.label();
+        let Some(hold) = self.hold.as_ref().filter(|h| h.is_held()) else {
+            return Err(Error::NotOwner { name });
+        };
+        let token = Token::Given(hold.token().to_vec());
+        let line = Acquire {
+            name: &self.name,
+            token: &token,
+            ttl: self.lease,
+            mode: Mode::Exclusive,
+            ephemeral: true,
+            wait: Wait::No,
+            data: Some(&value),
+        }
+        .args();
+        let sent = Instant::now();
+        let v = hold.send(line, COMMAND_TIMEOUT, "proclaim")?;
+        match election::proclaimed(reply::grant(&v)?, hold.fence()) {
+            Proclaimed::Done => {
+                let moved = {
+                    let mut lease = hold.state.lease();
+                    (!lease.ended).then(|| lease.extended(sent, self.lease.millis()))
+                };
+                if moved.is_some() {
+                    hold.keeper.add(&hold.state);
+                }
+                self.data = Some(value);
+                Ok(())
+            }
+            Proclaimed::GiveBack => {
+                let back = args::release(&self.name, hold.token());
+                let _ = hold.send(back, COMMAND_TIMEOUT, "proclaim");
+                Err(Error::NotOwner { name })
+            }
+            Proclaimed::Lost => Err(Error::NotOwner { name }),
+        }
+    }
+
+    /// The changes of leader, as they come (see [`Observer`]).
+    pub fn observe(&self) -> Observer {
+        Observer::new(self.locker.client().clone(), self.name.clone())
+    }
+
+    /// Stops `run` from another thread.
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            run: self.run.clone(),
+        }
+    }
+
+    /// Campaigns, calls `work` with the term while leading, resigns when it returns, and
+    /// campaigns again, until stopped (`stopper().stop()`). The term ends (`Term::is_ended`)
+    /// when leadership is lost or the run is stopped: `work` should then return. A campaign
+    /// the server does not answer (restarting, unreachable) is tried again after 50 ms,
+    /// doubling up to 1 s; errors that waiting cannot mend end the run.
+    pub fn run(&mut self, mut work: impl FnMut(&Term)) -> Result<()> {
+        let mut failures = 0;
+        loop {
+            if self.run.stopped.is_set() {
+                return Ok(());
+            }
+            let ended = Cancel::default();
+            self.run.set_current(Some(ended.clone()));
+            match self.elect(None, true) {
+                Ok(None) => return Ok(()),
+                Ok(Some(term)) => {
+                    failures = 0;
+                    if !self.is_leader() || self.run.stopped.is_set() {
+                        ended.fire();
+                    }
+                    let handle = Term {
+                        term,
+                        ended: ended.clone(),
+                    };
+                    if !ended.is_set() {
+                        work(&handle);
+                    }
+                    ended.fire();
+                    let _ = self.resign();
+                }
+                Err(e) if election::run_retries(&e) => {
+                    let pause = election::retry_pause(failures);
+                    failures = failures.saturating_add(1);
+                    self.run.stopped.wait_timeout(pause);
+                }
+                Err(e) => return Err(e),
+            }
+            self.run.set_current(None);
+        }
+    }
+}

@@ -1,0 +1,366 @@
+//! `MultiLock` and `MultiHold` of the blocking front end: several keys taken in one atomic step
+//! (`LOCK.ACQUIREALL`), one token, a fence per key, one lease clock for the set.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::acquire::{Attempt, Next};
+use crate::core::args::{self, Mode, Token, Ttl};
+use crate::core::error::{translate, Error, Result};
+use crate::core::lease::{Leased, LostReason, Renewed};
+use crate::core::multi;
+use crate::core::reply::{self, LockInfo};
+use crate::hold::{HoldState, OnLost, Shared};
+use crate::lost::{Lost, LostSignal};
+use crate::renewer::{blocking_keeper, Keeper};
+use crate::DEFAULT_LEASE;
+
+use super::{Locker, LockerInner};
+
+/// Several keys locked together: made by `Locker::multi_lock`, set up with the builder
+/// methods, taken with `acquire` or `try_acquire`. The names must be 1 to 64 distinct keys in
+/// one hash slot (one hash tag, `{acct}:a` and `{acct}:b`): checked before anything is sent.
+#[derive(Clone)]
+pub struct MultiLock {
+    locker: Locker,
+    names: Vec<Vec<u8>>,
+    ttl: Ttl,
+    shared: bool,
+    auto_renew: bool,
+    on_lost: Option<OnLost>,
+    token: Option<Token>,
+}
+
+impl Locker {
+    /// The lock of every key of `names` at once: exclusive, a lease of 30 s renewed every third
+    /// of it, until changed with its builder methods.
+    pub fn multi_lock<N: Into<Vec<u8>>>(&self, names: impl IntoIterator<Item = N>) -> MultiLock {
+        MultiLock {
+            locker: self.clone(),
+            names: names.into_iter().map(Into::into).collect(),
+            ttl: Ttl::from_duration(DEFAULT_LEASE),
+            shared: false,
+            auto_renew: true,
+            on_lost: None,
+            token: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("names", &multi::label(&self.names))
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl MultiLock {
+    /// The lease of each grant, the same on every key (default 30 s).
+    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
+        self.ttl = Ttl::from_duration(ttl);
+        self
+    }
+
+    /// Shared holds of every key (`SHARED`) instead of exclusive ones.
+    pub fn shared(mut self, on: bool) -> MultiLock {
+        self.shared = on;
+        self
+    }
+
+    /// Renew the lease every third of it (default: true).
+    pub fn auto_renew(mut self, on: bool) -> MultiLock {
+        self.auto_renew = on;
+        self
+    }
+
+    /// Called once per loss of the set, on the renewal thread.
+    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
+        self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    /// The owner token (default: a random one per acquire).
+    pub fn token(mut self, token: Token) -> MultiLock {
+        self.token = Some(token);
+        self
+    }
+
+    /// The names, as given.
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.names
+    }
+
+    /// `LOCK.INFO` of each key, in the order of the names.
+    pub fn info(&self) -> Result<Vec<Option<LockInfo>>> {
+        self.names.iter().map(|n| self.locker.info(n)).collect()
+    }
+
+    /// Takes every key if all are free now: `None` if not.
+    pub fn try_acquire(&self) -> Result<Option<MultiHold>> {
+        self.take(None)
+    }
+
+    /// Takes every key at once, waiting in the server up to `wait` (queued on every key, first
+    /// come, first served); `Error::Busy` if not granted by then.
+    pub fn acquire(&self, wait: Duration) -> Result<MultiHold> {
+        self.take(Some(Instant::now() + wait))?
+            .ok_or_else(|| Error::Busy {
+                name: multi::label(&self.names),
+            })
+    }
+
+    fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
+        multi::check_names(&self.names)?;
+        let inner = &self.locker.inner;
+        let label = multi::label(&self.names);
+        let token = self.token.clone().unwrap_or_else(Token::random);
+        let mode = if self.shared {
+            Mode::Shared
+        } else {
+            Mode::Exclusive
+        };
+        let mut attempt = Attempt::new(deadline);
+        loop {
+            let Some(wait) = attempt.wait(Instant::now()) else {
+                return Ok(None);
+            };
+            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
+            let sent = Instant::now();
+            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
+                Ok(v) => v,
+                Err(e) => match attempt.failed(e, &label, Instant::now()) {
+                    Next::Again => continue,
+                    Next::Pause(d) => {
+                        std::thread::sleep(d);
+                        continue;
+                    }
+                    Next::NotGranted => return Ok(None),
+                    Next::Fail(e) => return Err(e),
+                },
+            };
+            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
+                if attempt.wait_on(Instant::now()) {
+                    continue;
+                }
+                return Ok(None);
+            };
+            let mut sent = sent;
+            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
+                let renew_sent = Instant::now();
+                let mut outcomes = Vec::new();
+                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
+                    outcomes.push(match inner.conns.send(&line, inner.timeout) {
+                        Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
+                            Ok(true) => Renewed::Extended,
+                            Ok(false) => Renewed::Gone,
+                            Err(_) => Renewed::Failed,
+                        },
+                        Err(_) => Renewed::Failed,
+                    });
+                }
+                match multi::renewal(&outcomes, self.names.len()) {
+                    Renewed::Extended => sent = renew_sent,
+                    Renewed::Gone => {
+                        // Gone already (a lease shorter than the trip): give the rest back,
+                        // wait on.
+                        let back = multi::release_all(&self.names, &granted);
+                        let _ = inner.conns.send(&back, inner.timeout);
+                        continue;
+                    }
+                    Renewed::Failed => {} // unknown: the clock counts from the request
+                }
+            }
+            let state = HoldState::multi(
+                self.names.clone(),
+                granted,
+                fences[0],
+                self.ttl.millis(),
+                sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            let keeper = blocking_keeper();
+            keeper.add(&state);
+            return Ok(Some(MultiHold {
+                state,
+                fences,
+                ttl: self.ttl,
+                locker: inner.clone(),
+                keeper,
+                done: false,
+            }));
+        }
+    }
+}
+
+/// A grant of every key of a `MultiLock`: one token, a fence per key, one lease clock. Renewed
+/// in the background (each key's `LOCK.EXTEND` in turn; the clock moves once every key
+/// answered); released by `release()` or when dropped.
+pub struct MultiHold {
+    state: Shared,
+    fences: Vec<u64>,
+    ttl: Ttl,
+    locker: Arc<LockerInner>,
+    keeper: Arc<Keeper>,
+    done: bool,
+}
+
+impl std::fmt::Debug for MultiHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiHold")
+            .field("names", &self.state.name_lossy())
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+impl MultiHold {
+    /// The keys, in the order given.
+    pub fn names(&self) -> &[Vec<u8>] {
+        &self.state.keys
+    }
+
+    /// The fence of each key, in the order of the names.
+    pub fn fences(&self) -> &[u64] {
+        &self.fences
+    }
+
+    /// The fence of the key `name`; `None` if it is not one of the keys.
+    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
+        let i = self.names().iter().position(|n| n == name.as_ref())?;
+        Some(self.fences[i])
+    }
+
+    /// The owner token, the same on every key.
+    pub fn token(&self) -> &[u8] {
+        &self.state.token
+    }
+
+    /// Held by the lease clock (asks nothing of the server).
+    pub fn is_held(&self) -> bool {
+        !self.done && !self.lease_left().is_zero()
+    }
+
+    /// Time left on the set's lease clock.
+    pub fn lease_left(&self) -> Duration {
+        self.state.left()
+    }
+
+    /// Set when the set is lost: its lease clock ran out, or a renewal found a key gone.
+    pub fn lost(&self) -> LostSignal {
+        self.state.signal.clone()
+    }
+
+    fn label(&self) -> String {
+        self.state.name_lossy()
+    }
+
+    fn send(&self, line: &[Vec<u8>], bound: Duration, what: &'static str) -> Result<redis::Value> {
+        self.locker
+            .conns
+            .send(line, bound)
+            .map_err(|e| translate(e, &self.label(), what))
+    }
+
+    /// Sets every key's lease to `ttl` from now; the lease clock moves once every key answered 1.
+    /// `Error::NotOwner` if a key is gone (the set is then signalled lost).
+    pub fn extend(&mut self, ttl: Duration) -> Result<()> {
+        self.extend_to(Ttl::from_duration(ttl), "extend")
+    }
+
+    /// Every key's lease back to the lock's `ttl`.
+    pub fn reacquire(&mut self) -> Result<()> {
+        self.extend_to(self.ttl, "reacquire")
+    }
+
+    fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
+        if self.done || self.state.lease().lost.is_some() {
+            return Err(Error::Lost { name: self.label() });
+        }
+        let sent = Instant::now();
+        let bound = self.lease_left().max(Duration::from_secs(1));
+        for line in multi::extend_lines(self.names(), self.token(), ttl) {
+            match self
+                .send(&line, bound, what)
+                .and_then(|v| reply::one(&v, "LOCK.EXTEND"))
+            {
+                Ok(true) => {}
+                Ok(false) | Err(Error::NotOwner { .. }) => {
+                    self.state.lose(&self.keeper, LostReason::Gone);
+                    return Err(Error::NotOwner { name: self.label() });
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let moved = {
+            let mut lease = self.state.lease();
+            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
+        };
+        if moved.is_some() {
+            self.keeper.add(&self.state);
+        }
+        Ok(())
+    }
+
+    /// Asks the server whether every key still has this grant (the token among its holders,
+    /// with the key's fence); false without asking once the lease clock ran out.
+    pub fn owned(&self) -> Result<bool> {
+        if !self.is_held() {
+            return Ok(false);
+        }
+        for (name, fence) in self.names().iter().zip(&self.fences) {
+            let v = self.send(&args::info(name), self.locker.timeout, "owned")?;
+            let mine = reply::info(&v)?
+                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
+                .unwrap_or(false);
+            if !mine {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// `LOCK.INFO` of each key, in the order of the names.
+    pub fn info(&self) -> Result<Vec<Option<LockInfo>>> {
+        self.names()
+            .iter()
+            .map(|n| reply::info(&self.send(&args::info(n), self.locker.timeout, "info")?))
+            .collect()
+    }
+
+    /// Gives every key back (`LOCK.RELEASEALL`). `Error::NotOwner` if some key was no longer
+    /// held (the others are released all the same), `Error::Lost` if the set was lost.
+    pub fn release(mut self) -> Result<()> {
+        self.release_now()
+    }
+
+    fn release_now(&mut self) -> Result<()> {
+        if self.done {
+            return Ok(());
+        }
+        let lost = self.state.lease().lost.is_some() || self.lease_left().is_zero();
+        let bound = self.lease_left().max(Duration::from_secs(1));
+        self.done = true;
+        self.keeper.remove(&self.state);
+        let line = multi::release_all(self.names(), self.token());
+        let count = self
+            .send(&line, bound, "release")
+            .and_then(|v| multi::released(&v));
+        if lost {
+            return Err(Error::Lost { name: self.label() });
+        }
+        if count? != self.fences.len() as u64 {
+            return Err(Error::NotOwner { name: self.label() });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for MultiHold {
+    fn drop(&mut self) {
+        let _ = self.release_now();
+    }
+}
