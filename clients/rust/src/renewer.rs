@@ -25,6 +25,8 @@ use crate::hold::Shared;
 pub(crate) struct Channel {
     client: Option<redis::Client>,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// When the last request went out on it (the keep-alive of a bound hold's connection).
+    last_used: Mutex<Instant>,
 }
 
 impl Channel {
@@ -32,6 +34,7 @@ impl Channel {
         Arc::new(Channel {
             client: Some(client),
             conn: tokio::sync::Mutex::new(None),
+            last_used: Mutex::new(Instant::now()),
         })
     }
 
@@ -40,11 +43,30 @@ impl Channel {
         Arc::new(Channel {
             client: None,
             conn: tokio::sync::Mutex::new(Some(conn)),
+            last_used: Mutex::new(Instant::now()),
         })
     }
 
     pub fn is_owned(&self) -> bool {
         self.client.is_none()
+    }
+
+    /// When a request last went out on it.
+    pub fn last_used(&self) -> Instant {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// The connection if it is open (none is opened), counted as used now.
+    pub async fn current(&self) -> Option<MultiplexedConnection> {
+        let conn = self.conn.lock().await.clone();
+        if conn.is_some() {
+            self.touch();
+        }
+        conn
     }
 
     /// Closes the connection (of a bound hold: the server releases what is left of the hold).
@@ -61,6 +83,7 @@ impl Channel {
         name: &str,
         what: &'static str,
     ) -> Result<Value, Error> {
+        self.touch();
         let attempt = async {
             let mut conn = {
                 let mut slot = self.conn.lock().await;
