@@ -14,6 +14,7 @@ use redis::{AsyncConnectionConfig, ProtocolVersion, PushInfo, PushKind, Value};
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
 use crate::core::reply;
@@ -119,6 +120,34 @@ pub(crate) struct Granted {
     pub sent: Instant,
     pub channel: Arc<Channel>,
     pub watch: Arc<Watch>,
+}
+
+/// A bound grant's acknowledgements (`WAIT` on its connection, after the grant), when the lock
+/// asks for them: not enough, and the grant is released, its connection closed, and
+/// `Error::NotReplicated` returned.
+pub(crate) async fn confirm(
+    g: &Granted,
+    name: &[u8],
+    replicas: Option<Replicas>,
+    ttl: Ttl,
+) -> Result<()> {
+    let Some(r) = replicas else {
+        return Ok(());
+    };
+    let lossy = String::from_utf8_lossy(name).into_owned();
+    let (line, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
+    let answer = g.channel.send(&line, bound, &lossy, "acquire").await;
+    let (count, ok) = r.acks(answer.as_ref().ok());
+    if ok {
+        return Ok(());
+    }
+    let release = args::release(name, &g.token);
+    let _ = g
+        .channel
+        .send(&release, COMMAND_TIMEOUT, &lossy, "release")
+        .await;
+    g.channel.close().await;
+    Err(r.shortfall(&lossy, count))
 }
 
 /// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send

@@ -5,6 +5,7 @@ mod common;
 
 mod aio;
 mod blocking;
+mod durable;
 mod ephemeral;
 mod guarded;
 mod lease;

@@ -48,21 +48,46 @@ impl Conns {
     /// Sends `args` on one of the locker's connections; its reply must come within `bound`.
     /// A connection that failed (not a server's error reply) is closed, never reused.
     pub fn send(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
-        let bound = bound.max(Duration::from_millis(1));
-        let mut conn = self.take(bound)?;
-        conn.set_read_timeout(Some(bound))?;
-        conn.set_write_timeout(Some(bound))?;
-        match args::cmd(args).query::<Value>(&mut conn) {
-            Ok(v) => {
-                self.give_back(conn);
-                Ok(v)
-            }
+        self.send_then(args, bound, |_| None).map(|(v, _)| v)
+    }
+
+    /// `send`, then, on the same connection, the follow-up `then` makes of the reply (a line
+    /// and its bound), if any: both replies.
+    pub fn send_then(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+    ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
+        let mut conn = self.take(bound.max(Duration::from_millis(1)))?;
+        let v = match Self::query(&mut conn, args, bound) {
+            Ok(v) => v,
             Err(e) => {
                 if reply_text(&e).is_some() {
                     self.give_back(conn);
                 }
-                Err(e)
+                return Err(e);
             }
+        };
+        let follow = then(&v).map(|(line, bound)| Self::query(&mut conn, &line, bound));
+        let sound = match &follow {
+            Some(Err(e)) => reply_text(e).is_some(),
+            _ => true,
+        };
+        if sound {
+            self.give_back(conn);
         }
+        Ok((v, follow))
+    }
+
+    fn query(
+        conn: &mut Connection,
+        args: &[Vec<u8>],
+        bound: Duration,
+    ) -> redis::RedisResult<Value> {
+        let bound = bound.max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(bound))?;
+        conn.set_write_timeout(Some(bound))?;
+        args::cmd(args).query::<Value>(conn)
     }
 }

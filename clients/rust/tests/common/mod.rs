@@ -36,6 +36,25 @@ fn free_port() -> u16 {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A replica of `master`, once its link to the master is up.
+    pub fn replica_of(master: &Server) -> Server {
+        let port = master.port.to_string();
+        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        until(Duration::from_secs(20), "the replica's link", || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut replica.conn())
+                .unwrap();
+            info.lines().any(|l| l.trim() == "master_link_status:up")
+        });
+        replica
+    }
+
+    /// A server started with `extra` arguments too.
+    pub fn start_with(extra: &[&str]) -> Server {
         let module = module();
         assert!(
             module.exists(),
@@ -55,6 +74,7 @@ impl Server {
                 .arg("--loadmodule")
                 .arg(&module)
                 .args(["--save", "", "--appendonly", "no"])
+                .args(extra)
                 .arg("--logfile")
                 .arg(dir.join("redis.log"))
                 .stdin(Stdio::null())
