@@ -50,6 +50,21 @@ impl Locker {
         Ok(Locker::new(redis::Client::open(url)?))
     }
 
+    /// The same server with another bound for each connection and each command that has no
+    /// tighter one (default 5 s; a try, `info`, a guarded write): short, for a client that
+    /// must not wait on one slow server of several (Redlock). Connections are not shared with
+    /// the locker it was made from.
+    pub fn with_timeout(&self, timeout: Duration) -> Locker {
+        let client = self.client().clone();
+        Locker {
+            inner: Arc::new(LockerInner {
+                channel: Channel::new(client.clone()),
+                conns: conn::Conns::new(client),
+                timeout: timeout.max(Duration::from_millis(1)),
+            }),
+        }
+    }
+
     /// The client the locker opens its connections from.
     pub fn client(&self) -> &redis::Client {
         self.inner.conns.client()
