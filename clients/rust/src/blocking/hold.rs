@@ -199,7 +199,7 @@ impl Hold {
         let v = self
             .locker
             .conns
-            .send(&line, self.locker.timeout)
+            .send_once(&line, self.locker.timeout)
             .map_err(|e| translate_guarded(e, &name, "call"))?;
         reply::inner(v)
     }

@@ -115,7 +115,7 @@ impl Locker {
         let v = self
             .inner
             .conns
-            .send(&line, self.inner.timeout)
+            .send_once(&line, self.inner.timeout)
             .map_err(|e| translate_guarded(e, &String::from_utf8_lossy(gate), "fence"))?;
         reply::inner(v)
     }
