@@ -67,7 +67,8 @@ clean:
 
 # Release artifacts (scripts/dist.sh) in dist/: the module for x86_64 Linux with glibc 2.17 or
 # newer (cargo-zigbuild) as redislock-VERSION-linux-x86_64.tar.gz and redislock_VERSION_amd64.deb
-# (cargo-deb), the Python sdist and wheel, the Node.js package (npm pack), and SHA256SUMS.
+# (cargo-deb), the Python sdist and wheel, the Node.js package (npm pack), the Rust client's
+# .crate (cargo package; the crate is not published to crates.io), and SHA256SUMS.
 # scripts/dist-deps.sh first installs the tools into target/ (cargo-deb; build, ziglang and
 # cargo-zigbuild from PyPI), or names in one line what is missing from the system. About 7
 # minutes from a fresh clone on 2 cores (4 of them installing cargo-deb), under 1 after that.
@@ -78,9 +79,10 @@ dist: deps
 # The artifacts of dist/, each installed into a temporary place and tried on every server of the
 # matrix (scripts/dist-check.sh): objdump -T finds no glibc symbol newer than 2.17, the tarball's
 # module (through its redis.conf snippet) and the .deb's (unpacked with dpkg -x) load and lock,
-# the wheel in a fresh venv and the npm tarball in a fresh folder run their quickstarts. About
-# 20 seconds (40 in a fresh clone, where scripts/clients.sh first installs the servers and
-# packages of the tests). CI (.ci/run) runs make dist and make dist-check after make test.
+# the wheel in a fresh venv, the npm tarball in a fresh folder and the .crate in a fresh cargo
+# project run their quickstarts. About 30 seconds (2 minutes more the first time, building the
+# redis crate and tokio into target/dist-check-rust; and in a fresh clone scripts/clients.sh
+# first installs the servers and packages of the tests). CI (.ci/run) runs make dist and make dist-check after make test.
 dist-check:
 	@scripts/clients.sh
 	@scripts/dist-check.sh

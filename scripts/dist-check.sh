@@ -15,6 +15,9 @@
 #                nothing into the checkout
 #   npm tarball  npm install into a fresh folder (with the ioredis the tests pin); the
 #                package's version, and examples/quickstart.js run with it against each server
+#   .crate       unpacked; its version; a fresh `cargo new` project depending on it by path (with
+#                the versions of the repository's Cargo.lock) builds its examples/quickstart.rs
+#                as its main, which runs against each server and prints what it should
 # Ends with "dist-check: N passed, M failed"; exits 1 if any check failed. Loopback only; every
 # server it starts is stopped, the temporary directory removed.
 set -uo pipefail
@@ -36,7 +39,8 @@ deb=$dist/redislock_${version}_amd64.deb
 wheel=$dist/redislock-$version-py3-none-any.whl
 sdist=$dist/redislock-$version.tar.gz
 npm_tgz=$dist/redislock-$version.tgz
-for f in "$tarball" "$deb" "$wheel" "$sdist" "$npm_tgz" "$dist/SHA256SUMS"; do
+crate=$dist/redislock-client-$version.crate
+for f in "$tarball" "$deb" "$wheel" "$sdist" "$npm_tgz" "$crate" "$dist/SHA256SUMS"; do
     [ -f "$f" ] || fail_early "no ${f#"$root"/}; run make dist first"
 done
 servers=$(scripts/servers.sh) || exit 1
@@ -223,6 +227,23 @@ if (!where.startsWith(path.join(process.cwd(), "node_modules"))) throw new Error
 ' "$version")
 }
 
+# The .crate, unpacked into a fresh project and added to it by path (as README.md shows), the
+# crate's quickstart as the project's main. Its build directory is kept in target/ so that a second run does not build the redis
+# crate and tokio again; the project itself is new each time.
+crate_builds() {
+    local dir=$tmp/rustapp/redislock-client-$version
+    (cd "$tmp" && cargo new --quiet --bin --vcs none rustapp) || return 1
+    # As README.md says: unpacked beside the project's Cargo.toml, added by path.
+    (cd "$tmp/rustapp" && tar -xzf "$crate" && cargo add --quiet redislock-client --path "redislock-client-$version") || return 1
+    [ -f "$dir/examples/quickstart.rs" ] || { echo "no examples/quickstart.rs in the .crate"; return 1; }
+    grep -qx "version = \"$version\"" "$dir/Cargo.toml" || { echo "the .crate's version is not $version"; return 1; }
+    cp "$dir/examples/quickstart.rs" "$tmp/rustapp/src/main.rs"
+    cp Cargo.lock "$tmp/rustapp/"
+    (cd "$tmp/rustapp" && CARGO_TARGET_DIR=$root/target/dist-check-rust cargo build --quiet) || return 1
+    cp "$root/target/dist-check-rust/debug/rustapp" "$tmp/rustapp/rustapp"
+    (cd "$tmp/rustapp" && cargo tree --quiet --depth 1) | tee /dev/stderr | grep -qF "redislock-client v$version ($dir)"
+}
+
 quickstarts_run() {
     start_server "clients-$1" "$2" --loadmodule "$tmp/deb/usr/lib/redis/modules/redislock.so" || return 1
     local status=0
@@ -230,6 +251,12 @@ quickstarts_run() {
     (cd "$tmp" && REDIS_PORT=$port "$tmp/venv/bin/python" "$tmp/sdist/redislock-$version/examples/quickstart.py") || status=1
     echo "# node quickstart.js $port"
     (cd "$tmp/node" && REDIS_PORT=$port node quickstart.js) || status=1
+    echo "# the .crate's quickstart.rs $port"
+    local out
+    out=$(cd "$tmp" && REDIS_PORT=$port "$tmp/rustapp/rustapp") || status=1
+    echo "$out"
+    grep -qE '^holding lock:report with fence [1-9][0-9]*$' <<<"$out" && grep -qx 'released; held now: false' <<<"$out" ||
+        { echo "the Rust quickstart did not print what it should"; status=1; }
     stop_server
     return $status
 }
@@ -245,12 +272,13 @@ check ".deb module: objdump -T, glibc $triple_glibc or older" glibc_ok "$tmp/deb
 check "wheel: pip install into a fresh venv" wheel_installs
 check "sdist: pip wheel gives the same files" sdist_builds_the_wheel
 check "npm tarball: npm install into a fresh folder" npm_installs
+check ".crate: a fresh cargo project depending on it by path builds its quickstart" crate_builds
 i=0
 for server in $servers; do
     i=$((i + 1))
     check "tarball module via redislock.conf on $(label "$server")" tarball_loads "$i" "$server"
     check ".deb module on $(label "$server")" deb_loads "$i" "$server"
-    check "Python and Node.js quickstarts on $(label "$server")" quickstarts_run "$i" "$server"
+    check "Python, Node.js and Rust quickstarts on $(label "$server")" quickstarts_run "$i" "$server"
 done
 # Last: it replaces the wheel's package in the venv.
 check "pip install ./clients/python writes nothing into the checkout" source_install_leaves_the_tree_alone

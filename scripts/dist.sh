@@ -6,6 +6,8 @@
 #                                           the docs and the snippet under /usr/share/doc/redislock
 #   redislock-VERSION.tar.gz, redislock-VERSION-py3-none-any.whl   the Python client
 #   redislock-VERSION.tgz                   the Node.js client (npm pack)
+#   redislock-client-VERSION.crate          the Rust client (cargo package; not on crates.io:
+#                                           unpack it and depend on it by path)
 #   SHA256SUMS                              sha256sum -c checks them
 # The module is built with cargo-zigbuild for x86_64-unknown-linux-gnu with glibc 2.17, so that
 # it loads on any x86_64 Linux with glibc 2.17 or newer (the one of `cargo build` needs this
@@ -39,8 +41,9 @@ version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -1)
 [ -n "$version" ] || fail "no version in Cargo.toml"
 py_version=$(sed -n '/^\[project\]/,/^\[/s/^version = "\(.*\)"$/\1/p' clients/python/pyproject.toml)
 node_version=$(node -p 'require("./clients/node/package.json").version')
-if [ "$py_version" != "$version" ] || [ "$node_version" != "$version" ]; then
-    fail "versions differ: Cargo.toml $version, clients/python/pyproject.toml $py_version, clients/node/package.json $node_version"
+rust_version=$(sed -n '/^\[package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' clients/rust/Cargo.toml)
+if [ "$py_version" != "$version" ] || [ "$node_version" != "$version" ] || [ "$rust_version" != "$version" ]; then
+    fail "versions differ: Cargo.toml $version, clients/python/pyproject.toml $py_version, clients/node/package.json $node_version, clients/rust/Cargo.toml $rust_version"
 fi
 
 rm -rf "$out" "$stage"
@@ -109,6 +112,17 @@ if ! (cd "$stage/node" && npm pack --silent --pack-destination "$out") >"$logs/n
     tail -5 "$logs/npm-pack.log" >&2
     fail "npm pack failed (see $logs/npm-pack.log)"
 fi
+
+# --- The Rust client: cargo package ------------------------------------------------------------
+# The crate keeps `publish = false` (it is not on crates.io); cargo package writes the .crate all
+# the same. Packed from the working tree as the other clients are (--allow-dirty); not built
+# here (--no-verify): make dist-check builds and runs it in a fresh project.
+if ! "$cargo" package -p redislock-client --no-verify --allow-dirty --target-dir target/dist-build \
+    >"$logs/cargo-package.log" 2>&1; then
+    tail -5 "$logs/cargo-package.log" >&2
+    fail "cargo package failed (see $logs/cargo-package.log)"
+fi
+cp "target/dist-build/package/redislock-client-$version.crate" "$out/"
 
 # --- Checksums --------------------------------------------------------------------------------
 (cd "$out" && sha256sum -- * >SHA256SUMS.tmp && mv SHA256SUMS.tmp SHA256SUMS)

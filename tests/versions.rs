@@ -164,7 +164,8 @@ fn toml_value(text: &str, section: &str, key: &str) -> Option<String> {
     None
 }
 
-/// The versions in release file names (`redislock-1.2.3…`, `redislock_1.2.3_amd64.deb`) in `text`.
+/// The versions in release file names (`redislock-1.2.3…`, `redislock_1.2.3_amd64.deb`,
+/// `redislock-client-1.2.3.crate`) in `text`.
 fn release_files_named(text: &str) -> Vec<String> {
     let mut found = Vec::new();
     for (at, _) in text.match_indices("redislock") {
@@ -172,6 +173,7 @@ fn release_files_named(text: &str) -> Vec<String> {
         let Some(rest) = rest.strip_prefix(['-', '_']) else {
             continue;
         };
+        let rest = rest.strip_prefix("client-").unwrap_or(rest);
         let version: String = rest
             .chars()
             .take_while(|c| c.is_ascii_digit() || *c == '.')
@@ -187,8 +189,9 @@ fn release_files_named(text: &str) -> Vec<String> {
 /// One release number (SPEC "Releases"): `Cargo.toml`'s version, which `MODULE LIST` and
 /// `INFO redislock` show (above), is the version of the Python package (`pyproject.toml` and
 /// `redislock.__version__`) and of the Node.js package (`package.json`, `package-lock.json` and
-/// the package's `version` export); `CHANGELOG.md` has a section for it; all say MIT, whose
-/// text is `LICENSE`.
+/// the package's `version` export) and of the Rust client (`clients/rust/Cargo.toml`, and its
+/// entry in `Cargo.lock`); `CHANGELOG.md` has a section for it; all say MIT, whose text is
+/// `LICENSE`.
 #[test]
 fn one_release_number_in_every_package() {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -211,6 +214,17 @@ fn one_release_number_in_every_package() {
         "clients/python/pyproject.toml",
         toml_value(&pyproject, "project", "version").unwrap_or_default(),
     )];
+    let rust_client = read("clients/rust/Cargo.toml");
+    found.push((
+        "clients/rust/Cargo.toml",
+        toml_value(&rust_client, "package", "version").unwrap_or_default(),
+    ));
+    let lock = read("Cargo.lock");
+    let locked = lock
+        .split("[[package]]")
+        .find(|p| p.lines().any(|l| l.trim() == "name = \"redislock-client\""))
+        .and_then(|p| toml_value(&format!("[p]{p}"), "p", "version"));
+    found.push(("Cargo.lock (redislock-client)", locked.unwrap_or_default()));
     let python = std::env::var_os("REDISLOCK_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| repo.join("target/pyenv/bin/python"));
@@ -274,6 +288,10 @@ fn one_release_number_in_every_package() {
     }
     assert!(read("LICENSE").starts_with("MIT License\n"));
     assert_eq!(env!("CARGO_PKG_LICENSE"), "MIT");
+    assert_eq!(
+        toml_value(&rust_client, "package", "license").as_deref(),
+        Some("MIT")
+    );
     assert_eq!(
         toml_value(&pyproject, "project", "license").as_deref(),
         Some("MIT")

@@ -2,9 +2,10 @@
 //! signal and callback, and the channel its renewals go on.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::core::durable::Replicas;
 use crate::core::lease::{Lease, Leased, LostReason};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::Channel;
@@ -24,6 +25,9 @@ pub(crate) struct HoldState {
     pub signal: LostSignal,
     pub on_lost: Option<OnLost>,
     pub channel: Arc<Channel>,
+    /// The acknowledgements an extension waits for (`WAIT`), set once when the lock asks for
+    /// them.
+    pub replicas: OnceLock<Replicas>,
 }
 
 pub(crate) type Shared = Arc<HoldState>;
@@ -58,6 +62,7 @@ impl HoldState {
             signal: LostSignal::default(),
             on_lost,
             channel,
+            replicas: OnceLock::new(),
         })
     }
 

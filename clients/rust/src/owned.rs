@@ -2,23 +2,58 @@
 //! application or the locker's other commands use), in RESP3 so that the redis crate reports its
 //! close. The grant, the renewals, extensions and the release go on it; when it closes (a
 //! `CLIENT KILL`, a server restart, a reset), the server has released the hold, and the hold is
-//! signalled lost at once (`LostReason::ConnectionClosed`), once.
+//! signalled lost at once (`LostReason::ConnectionClosed`), once. While it is open it never stays
+//! silent for longer than `KEEPALIVE` (a `PING` then), so the server's `timeout` never closes it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
 use crate::core::reply;
 use crate::hold::{HoldState, Shared};
 use crate::renewer::{Channel, Keeper};
 use crate::COMMAND_TIMEOUT;
+
+/// The longest a bound hold's connection stays silent: the server's `timeout` is in whole
+/// seconds, 1 at the least, and closes a connection only once it was idle for longer than that.
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(1);
+
+/// Keeps `channel`'s connection busy: a `PING` after `KEEPALIVE` without a request, until the
+/// connection is closed or the channel dropped (a task on the current runtime, or else on the
+/// renewal thread's).
+pub(crate) fn keep_alive(channel: &Arc<Channel>) {
+    let channel = Arc::downgrade(channel);
+    crate::renewer::spawn(async move {
+        loop {
+            let Some(at) = channel.upgrade().map(|c| c.last_used() + KEEPALIVE) else {
+                return;
+            };
+            tokio::time::sleep_until(at.into()).await;
+            let Some(open) = channel.upgrade() else {
+                return;
+            };
+            if Instant::now() < open.last_used() + KEEPALIVE {
+                continue; // a request went out meanwhile
+            }
+            let Some(mut conn) = open.current().await else {
+                return; // closed: the hold ended
+            };
+            drop(open);
+            // No answer is no loss: a connection that is gone says so by closing.
+            let ping = redis::cmd("PING");
+            let _ =
+                tokio::time::timeout(COMMAND_TIMEOUT, ping.query_async::<Value>(&mut conn)).await;
+        }
+    });
+}
 
 /// Watches one owned connection for its close, and tells the hold on it.
 #[derive(Default)]
@@ -89,6 +124,34 @@ pub(crate) struct Granted {
     pub watch: Arc<Watch>,
 }
 
+/// A bound grant's acknowledgements (`WAIT` on its connection, after the grant), when the lock
+/// asks for them: not enough, and the grant is released, its connection closed, and
+/// `Error::NotReplicated` returned.
+pub(crate) async fn confirm(
+    g: &Granted,
+    name: &[u8],
+    replicas: Option<Replicas>,
+    ttl: Ttl,
+) -> Result<()> {
+    let Some(r) = replicas else {
+        return Ok(());
+    };
+    let lossy = String::from_utf8_lossy(name).into_owned();
+    let (line, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
+    let answer = g.channel.send(&line, bound, &lossy, "acquire").await;
+    let (count, ok) = r.acks(answer.as_ref().ok());
+    if ok {
+        return Ok(());
+    }
+    let release = args::release(name, &g.token);
+    let _ = g
+        .channel
+        .send(&release, COMMAND_TIMEOUT, &lossy, "release")
+        .await;
+    g.channel.close().await;
+    Err(r.shortfall(&lossy, count))
+}
+
 /// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send
 /// after a failure); the decisions are the core's, as for any acquire.
 pub(crate) async fn acquire(
@@ -150,6 +213,7 @@ pub(crate) async fn acquire(
             return Ok(None);
         };
         let channel = Channel::owned(conn);
+        keep_alive(&channel);
         let mut sent = sent;
         if attempt.renew_at_once(sent, Instant::now(), spec.ttl.millis()) {
             let renew_sent = Instant::now();

@@ -12,6 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{is_wrong_type, reply_text, Error};
 use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
 use crate::core::reply;
@@ -39,6 +40,8 @@ pub(crate) fn unbounded() -> redis::AsyncConnectionConfig {
 pub(crate) struct Channel {
     client: Option<redis::Client>,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    /// When the last request went out on it (the keep-alive of a bound hold's connection).
+    last_used: Mutex<Instant>,
 }
 
 impl Channel {
@@ -46,6 +49,7 @@ impl Channel {
         Arc::new(Channel {
             client: Some(client),
             conn: tokio::sync::Mutex::new(None),
+            last_used: Mutex::new(Instant::now()),
         })
     }
 
@@ -54,11 +58,30 @@ impl Channel {
         Arc::new(Channel {
             client: None,
             conn: tokio::sync::Mutex::new(Some(conn)),
+            last_used: Mutex::new(Instant::now()),
         })
     }
 
     pub fn is_owned(&self) -> bool {
         self.client.is_none()
+    }
+
+    /// When a request last went out on it.
+    pub fn last_used(&self) -> Instant {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    /// The connection if it is open (none is opened), counted as used now.
+    pub async fn current(&self) -> Option<MultiplexedConnection> {
+        let conn = self.conn.lock().await.clone();
+        if conn.is_some() {
+            self.touch();
+        }
+        conn
     }
 
     /// Closes the connection (of a bound hold: the server releases what is left of the hold).
@@ -75,6 +98,22 @@ impl Channel {
         name: &str,
         what: &'static str,
     ) -> Result<Value, Error> {
+        let none = |_: &Value| None;
+        let (v, _) = self.send_then(args, bound, name, what, none).await?;
+        Ok(v)
+    }
+
+    /// `send`, then, on the same connection, the follow-up `then` makes of the reply (a line
+    /// and its bound), if any: both replies.
+    pub async fn send_then(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        name: &str,
+        what: &'static str,
+        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+    ) -> Result<(Value, Option<Result<Value, Error>>), Error> {
+        self.touch();
         let attempt = async {
             let mut conn = {
                 let mut slot = self.conn.lock().await;
@@ -93,26 +132,40 @@ impl Channel {
                     }
                 }
             };
-            args::cmd(args).query_async::<Value>(&mut conn).await
+            let v = args::cmd(args).query_async::<Value>(&mut conn).await?;
+            Ok((v, conn))
         };
-        match tokio::time::timeout(bound, attempt).await {
-            Ok(Ok(v)) => Ok(v),
+        let (v, mut conn) = match tokio::time::timeout(bound, attempt).await {
+            Ok(Ok(answer)) => answer,
             Ok(Err(e)) => {
                 if reply_text(&e).is_none() && !self.is_owned() {
                     *self.conn.lock().await = None;
                 }
-                Err(Error::Redis(e))
+                return Err(Error::Redis(e));
             }
             Err(_) => {
                 if !self.is_owned() {
                     *self.conn.lock().await = None;
                 }
-                Err(Error::Timeout {
+                return Err(Error::Timeout {
                     name: name.to_string(),
                     what,
-                })
+                });
             }
-        }
+        };
+        let Some((line, bound)) = then(&v) else {
+            return Ok((v, None));
+        };
+        let follow = args::cmd(&line);
+        let follow = follow.query_async::<Value>(&mut conn);
+        let follow = match tokio::time::timeout(bound, follow).await {
+            Ok(answer) => answer.map_err(Error::Redis),
+            Err(_) => Err(Error::Timeout {
+                name: name.to_string(),
+                what,
+            }),
+        };
+        Ok((v, Some(follow)))
     }
 }
 
@@ -172,13 +225,21 @@ impl Keeper {
 
 async fn renew_key(hold: &Shared, key: &[u8], ttl_ms: u64, bound: Duration) -> Renewed {
     let line = args::extend(key, &hold.token, Ttl::Px(ttl_ms));
+    // With `replicas`, a renewal not acknowledged in time does not count (WAIT after it).
+    let replicas = hold.replicas.get().copied();
+    let then = Replicas::after(replicas, false, bound);
     match hold
         .channel
-        .send(&line, bound, &hold.name_lossy(), "renewal")
+        .send_then(&line, bound, &hold.name_lossy(), "renewal", then)
         .await
     {
-        Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
-            Ok(true) => Renewed::Extended,
+        Ok((v, acks)) => match reply::one(&v, "LOCK.EXTEND") {
+            Ok(true) => match replicas {
+                Some(r) if !r.acks(acks.as_ref().and_then(|a| a.as_ref().ok())).1 => {
+                    Renewed::Failed
+                }
+                _ => Renewed::Extended,
+            },
             Ok(false) => Renewed::Gone,
             Err(_) => Renewed::Failed,
         },

@@ -143,3 +143,41 @@ fn a_stopped_server_times_out_a_wait() {
         libc::kill(server.pid(), libc::SIGCONT);
     }
 }
+
+fn clients_connected(server: &Server) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    list.lines().count() - 1 // the CLIENT LIST's own connection
+}
+
+/// The locker's idle connections closed by the server's `timeout`: its next commands go out on
+/// new ones instead of failing.
+#[test]
+fn idle_connections_the_server_closed_are_replaced() {
+    let server = Server::start();
+    let locker = Locker::open(server.url().as_str()).unwrap();
+    let lock = locker.lock("lock:idle").ttl(10 * SEC).auto_renew(false);
+    assert_eq!(lock.info().unwrap(), None); // one idle connection now
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "1"])
+        .query(&mut server.conn())
+        .unwrap();
+    until(20 * SEC, "the server to close the idle connection", || {
+        clients_connected(&server) == 0
+    });
+    let hold = lock.try_acquire().unwrap().expect("granted");
+    until(20 * SEC, "the server to close the idle connection", || {
+        clients_connected(&server) == 0
+    });
+    assert!(lock.info().unwrap().is_some());
+    until(20 * SEC, "the server to close the idle connection", || {
+        clients_connected(&server) == 0
+    });
+    hold.release().unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "0"])
+        .query(&mut server.conn())
+        .unwrap();
+}

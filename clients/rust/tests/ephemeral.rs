@@ -106,3 +106,53 @@ async fn a_bound_hold_async() {
     let again = lock.acquire(SEC).await.unwrap();
     again.release().await.unwrap();
 }
+
+fn set_timeout(server: &Server, seconds: u32) {
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("timeout")
+        .arg(seconds)
+        .query(&mut server.conn())
+        .unwrap();
+}
+
+/// The server closes connections idle for over 3 s; a bound hold with a 30 s lease (renewed
+/// every 10 s) outlives two of those timeouts: its connection sends a PING after 1 s of silence.
+#[test]
+fn a_bound_hold_outlives_the_servers_idle_timeout() {
+    let server = Server::start();
+    set_timeout(&server, 3);
+    let locker = Locker::open(server.url().as_str()).unwrap();
+    let lock = locker.lock("lock:idle").ttl(30 * SEC).ephemeral(true);
+    let hold = lock.acquire(SEC).unwrap();
+    let client = lock.info().unwrap().unwrap().holders[0].client;
+    let pings = server.calls("ping");
+    assert_eq!(
+        hold.lost().wait_timeout(7 * SEC),
+        None,
+        "lost to the timeout"
+    );
+    assert!(hold.is_held());
+    assert!(client_listed(&server, client));
+    assert!(server.calls("ping") >= pings + 3, "kept alive by PINGs");
+    hold.release().unwrap();
+    set_timeout(&server, 0);
+}
+
+#[tokio::test]
+async fn a_bound_hold_outlives_the_servers_idle_timeout_async() {
+    let server = Server::start();
+    set_timeout(&server, 3);
+    let locker = aio::Locker::open(server.url().as_str()).unwrap();
+    let lock = locker.lock("lock:idle").ttl(30 * SEC).ephemeral(true);
+    let hold = lock.acquire(SEC).await.unwrap();
+    let client = lock.info().await.unwrap().unwrap().holders[0].client;
+    let pings = server.calls("ping");
+    let lost = tokio::time::timeout(7 * SEC, hold.lost().wait()).await;
+    assert!(lost.is_err(), "lost to the timeout: {lost:?}");
+    assert!(hold.is_held());
+    assert!(client_listed(&server, client));
+    assert!(server.calls("ping") >= pings + 3, "kept alive by PINGs");
+    hold.release().await.unwrap();
+    set_timeout(&server, 0);
+}

@@ -5,6 +5,7 @@ mod common;
 
 mod aio;
 mod blocking;
+mod durable;
 mod election;
 mod ephemeral;
 mod guarded;

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::{Leased, LostReason};
 use crate::core::reply;
@@ -71,13 +72,25 @@ impl Hold {
         let ttl = Ttl::from_duration(ttl);
         let sent = Instant::now();
         let line = args::extend(&self.state.name, &self.state.token, ttl);
+        let replicas = self.state.replicas.get().copied();
+        let then = Replicas::after(replicas, false, Duration::from_millis(ttl.millis()));
         let answer = self
             .locker
             .inner
-            .send_hold(&self.state, &line, self.bound(), "extend")
+            .send_hold_then(&self.state, &line, self.bound(), "extend", then)
             .await;
-        match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
+        let (answer, acks) = match answer {
+            Ok((v, acks)) => (reply::one(&v, "LOCK.EXTEND"), acks),
+            Err(e) => (Err(e), None),
+        };
+        match answer {
             Ok(true) => {
+                if let Some(r) = replicas {
+                    let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
+                    if !ok {
+                        return Err(r.shortfall(&name, count));
+                    }
+                }
                 let moved = {
                     let mut lease = self.state.lease();
                     (!lease.ended).then(|| lease.extended(sent, ttl.millis()))

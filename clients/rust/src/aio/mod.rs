@@ -10,6 +10,7 @@ use redis::Value;
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
@@ -17,6 +18,7 @@ use crate::hold::{HoldState, OnLost, Shared};
 mod election;
 mod hold;
 mod multi;
+mod waited;
 
 use crate::lost::Lost;
 use crate::owned;
@@ -40,11 +42,27 @@ impl Inner {
         bound: Duration,
         what: &'static str,
     ) -> Result<Value> {
-        if !hold.channel.is_owned() {
-            return self.send(line, bound, &hold.name_lossy(), what).await;
-        }
+        let none = |_: &Value| None;
+        let (v, _) = self.send_hold_then(hold, line, bound, what, none).await?;
+        Ok(v)
+    }
+
+    /// `send_hold`, then the follow-up `then` makes of its reply on the same connection.
+    async fn send_hold_then(
+        &self,
+        hold: &Shared,
+        line: &[Vec<u8>],
+        bound: Duration,
+        what: &'static str,
+        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+    ) -> Result<(Value, Option<Result<Value>>)> {
+        let channel = if hold.channel.is_owned() {
+            &hold.channel
+        } else {
+            &self.channel
+        };
         let name = hold.name_lossy();
-        match hold.channel.send(line, bound, &name, what).await {
+        match channel.send_then(line, bound, &name, what, then).await {
             Err(Error::Redis(e)) => Err(translate(e, &name, what)),
             other => other,
         }
@@ -79,17 +97,8 @@ impl Inner {
 
     /// A wait, on a connection of its own.
     async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
-        let run = async {
-            let mut conn = crate::renewer::connect(&self.client).await?;
-            args::cmd(line).query_async::<Value>(&mut conn).await
-        };
-        if bound == Duration::MAX {
-            return run.await.map(Some);
-        }
-        match tokio::time::timeout(bound, run).await {
-            Ok(r) => r.map(Some),
-            Err(_) => Ok(None),
-        }
+        let answer = waited::wait(&self.client, line, bound, |_| None).await?;
+        Ok(answer.map(|(v, _)| v))
     }
 }
 
@@ -125,6 +134,7 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
+            replicas: None,
         }
     }
 
@@ -168,6 +178,7 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
+    replicas: Option<Replicas>,
 }
 
 impl Lock {
@@ -200,6 +211,13 @@ impl Lock {
     /// Bind each grant to a connection of its own (see the blocking [`crate::Lock::ephemeral`]).
     pub fn ephemeral(mut self, on: bool) -> Lock {
         self.ephemeral = on;
+        self
+    }
+
+    /// Grants and extensions acknowledged by `replicas` replicas (see the blocking
+    /// [`crate::Lock::replicas`]).
+    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
+        self.replicas = Replicas::new(replicas, timeout);
         self
     }
 
@@ -239,6 +257,7 @@ impl Lock {
         else {
             return Ok(None);
         };
+        owned::confirm(&g, &self.name, self.replicas, self.ttl).await?;
         let state = HoldState::new(
             self.name.clone(),
             g.token,
@@ -249,6 +268,9 @@ impl Lock {
             self.on_lost.clone(),
             g.channel,
         );
+        if let Some(r) = self.replicas {
+            let _ = state.replicas.set(r);
+        }
         let keeper = runtime_keeper();
         keeper.add(&state);
         g.watch.attach(&state, keeper.clone());
@@ -283,19 +305,25 @@ impl Lock {
             }
             .args();
             let sent = Instant::now();
+            let lease = Duration::from_millis(self.ttl.millis());
+            let then = Replicas::after(self.replicas, true, lease);
             let answer = match wait {
                 Wait::No => match inner
                     .channel
-                    .send(&line, COMMAND_TIMEOUT, &name, "acquire")
+                    .send_then(&line, COMMAND_TIMEOUT, &name, "acquire", then)
                     .await
                 {
-                    Ok(v) => Ok(v),
+                    Ok((v, acks)) => Ok((v, acks.and_then(|a| a.ok()))),
                     Err(Error::Redis(e)) => Err(e),
                     Err(e) => return Err(e),
                 },
-                _ => match inner
-                    .wait(&line, Attempt::bound(wait, COMMAND_TIMEOUT))
-                    .await
+                _ => match waited::wait(
+                    &inner.client,
+                    &line,
+                    Attempt::bound(wait, COMMAND_TIMEOUT),
+                    then,
+                )
+                .await
                 {
                     Ok(Some(v)) => Ok(v),
                     Ok(None) => {
@@ -307,7 +335,7 @@ impl Lock {
                     Err(e) => Err(e),
                 },
             };
-            let v = match answer {
+            let (v, acks) = match answer {
                 Ok(v) => v,
                 Err(e) => match attempt.failed(e, &name, Instant::now()) {
                     Next::Again => continue,
@@ -325,6 +353,16 @@ impl Lock {
                 }
                 return Ok(None);
             };
+            if let Some(r) = self.replicas {
+                let (count, ok) = r.acks(acks.as_ref());
+                if !ok {
+                    let release = args::release(&self.name, &granted);
+                    let _ = inner
+                        .send(&release, COMMAND_TIMEOUT, &name, "release")
+                        .await;
+                    return Err(r.shortfall(&name, count));
+                }
+            }
             let mut sent = sent;
             if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
                 let renew_sent = Instant::now();
@@ -349,6 +387,9 @@ impl Lock {
                 self.on_lost.clone(),
                 inner.channel.clone(),
             );
+            if let Some(r) = self.replicas {
+                let _ = state.replicas.set(r);
+            }
             let keeper = runtime_keeper();
             keeper.add(&state);
             return Ok(Some(Hold {

@@ -30,11 +30,12 @@ impl Conns {
         &self.client
     }
 
-    fn take(&self, bound: Duration) -> redis::RedisResult<Connection> {
+    /// An idle connection (`true`), or else a new one.
+    fn take(&self, bound: Duration) -> redis::RedisResult<(Connection, bool)> {
         let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match pooled {
-            Some(c) => Ok(c),
-            None => self.client.get_connection_with_timeout(bound),
+            Some(c) => Ok((c, true)),
+            None => Ok((self.client.get_connection_with_timeout(bound)?, false)),
         }
     }
 
@@ -46,23 +47,68 @@ impl Conns {
     }
 
     /// Sends `args` on one of the locker's connections; its reply must come within `bound`.
-    /// A connection that failed (not a server's error reply) is closed, never reused.
+    /// A connection that failed (not a server's error reply) is closed, never reused. An idle
+    /// connection found closed by the server (its `timeout`, a restart) is replaced by a new
+    /// one, and the request sent again on it: for the lock commands, whose repetition with the
+    /// same token changes nothing more.
     pub fn send(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
-        let bound = bound.max(Duration::from_millis(1));
-        let mut conn = self.take(bound)?;
-        conn.set_read_timeout(Some(bound))?;
-        conn.set_write_timeout(Some(bound))?;
-        match args::cmd(args).query::<Value>(&mut conn) {
-            Ok(v) => {
-                self.give_back(conn);
-                Ok(v)
-            }
+        self.send_then(args, bound, |_| None).map(|(v, _)| v)
+    }
+
+    /// `send`, never sent twice (a guarded write: its inner command might run twice).
+    pub fn send_once(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        let (mut conn, _) = self.take(bound.max(Duration::from_millis(1)))?;
+        let answer = Self::query(&mut conn, args, bound);
+        if answer.as_ref().is_ok() || answer.as_ref().is_err_and(|e| reply_text(e).is_some()) {
+            self.give_back(conn);
+        }
+        answer
+    }
+
+    /// `send`, then, on the same connection, the follow-up `then` makes of the reply (a line
+    /// and its bound), if any: both replies.
+    pub fn send_then(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+    ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
+        let (mut conn, pooled) = self.take(bound.max(Duration::from_millis(1)))?;
+        let mut answer = Self::query(&mut conn, args, bound);
+        if pooled && answer.as_ref().is_err_and(|e| e.is_connection_dropped()) {
+            conn = self
+                .client
+                .get_connection_with_timeout(bound.max(Duration::from_millis(1)))?;
+            answer = Self::query(&mut conn, args, bound);
+        }
+        let v = match answer {
+            Ok(v) => v,
             Err(e) => {
                 if reply_text(&e).is_some() {
                     self.give_back(conn);
                 }
-                Err(e)
+                return Err(e);
             }
+        };
+        let follow = then(&v).map(|(line, bound)| Self::query(&mut conn, &line, bound));
+        let sound = match &follow {
+            Some(Err(e)) => reply_text(e).is_some(),
+            _ => true,
+        };
+        if sound {
+            self.give_back(conn);
         }
+        Ok((v, follow))
+    }
+
+    fn query(
+        conn: &mut Connection,
+        args: &[Vec<u8>],
+        bound: Duration,
+    ) -> redis::RedisResult<Value> {
+        let bound = bound.max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(bound))?;
+        conn.set_write_timeout(Some(bound))?;
+        args::cmd(args).query::<Value>(conn)
     }
 }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::lease::{Leased, LostReason};
 use crate::core::reply;
@@ -12,6 +13,9 @@ use crate::lost::LostSignal;
 use crate::renewer::Keeper;
 
 use super::LockerInner;
+
+/// The reply of a follow-up (`WAIT`).
+type Followed = Result<redis::Value>;
 
 /// The bound of a release or an extension: the lease time left, at least this.
 const MIN_BOUND: Duration = Duration::from_secs(1);
@@ -87,11 +91,20 @@ impl Hold {
         let ttl = Ttl::from_duration(ttl);
         let sent = Instant::now();
         let line = args::extend(&self.state.name, &self.state.token, ttl);
-        let answer = self
-            .send(line, self.bound(), "extend")
-            .and_then(|v| reply::one(&v, "LOCK.EXTEND"));
+        let replicas = self.state.replicas.get().copied();
+        let then = Replicas::after(replicas, false, Duration::from_millis(ttl.millis()));
+        let (answer, acks) = match self.send_then(line, self.bound(), "extend", then) {
+            Ok((v, acks)) => (reply::one(&v, "LOCK.EXTEND"), acks),
+            Err(e) => (Err(e), None),
+        };
         match answer {
             Ok(true) => {
+                if let Some(r) = replicas {
+                    let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
+                    if !ok {
+                        return Err(r.shortfall(&self.name_lossy(), count));
+                    }
+                }
                 let moved = {
                     let mut lease = self.state.lease();
                     (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
@@ -123,19 +136,32 @@ impl Hold {
         bound: Duration,
         what: &'static str,
     ) -> Result<redis::Value> {
+        let (v, _) = self.send_then(line, bound, what, |_| None)?;
+        Ok(v)
+    }
+
+    /// `send`, then the follow-up `then` makes of its reply on the same connection, if any.
+    fn send_then(
+        &self,
+        line: Vec<Vec<u8>>,
+        bound: Duration,
+        what: &'static str,
+        then: impl FnOnce(&redis::Value) -> Option<(Vec<Vec<u8>>, Duration)> + Send + 'static,
+    ) -> Result<(redis::Value, Option<Followed>)> {
         let name = self.name_lossy();
         if !self.state.channel.is_owned() {
-            return self
+            let (v, follow) = self
                 .locker
                 .conns
-                .send(&line, bound)
-                .map_err(|e| translate(e, &name, what));
+                .send_then(&line, bound, then)
+                .map_err(|e| translate(e, &name, what))?;
+            return Ok((v, follow.map(|f| f.map_err(Error::Redis))));
         }
         let channel = self.state.channel.clone();
         let label = name.clone();
-        match crate::renewer::run_blocking(
-            async move { channel.send(&line, bound, &label, what).await },
-        ) {
+        match crate::renewer::run_blocking(async move {
+            channel.send_then(&line, bound, &label, what, then).await
+        }) {
             Err(Error::Redis(e)) => Err(translate(e, &name, what)),
             other => other,
         }
@@ -173,7 +199,7 @@ impl Hold {
         let v = self
             .locker
             .conns
-            .send(&line, self.locker.timeout)
+            .send_once(&line, self.locker.timeout)
             .map_err(|e| translate_guarded(e, &name, "call"))?;
         reply::inner(v)
     }

@@ -16,6 +16,7 @@ pub use observe::Observer;
 
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost};
@@ -55,6 +56,21 @@ impl Locker {
         Ok(Locker::new(redis::Client::open(url)?))
     }
 
+    /// The same server with another bound for each connection and each command that has no
+    /// tighter one (default 5 s; a try, `info`, a guarded write): short, for a client that
+    /// must not wait on one slow server of several (Redlock). Connections are not shared with
+    /// the locker it was made from.
+    pub fn with_timeout(&self, timeout: Duration) -> Locker {
+        let client = self.client().clone();
+        Locker {
+            inner: Arc::new(LockerInner {
+                channel: Channel::new(client.clone()),
+                conns: conn::Conns::new(client),
+                timeout: timeout.max(Duration::from_millis(1)),
+            }),
+        }
+    }
+
     /// The client the locker opens its connections from.
     pub fn client(&self) -> &redis::Client {
         self.inner.conns.client()
@@ -72,6 +88,7 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
+            replicas: None,
         }
     }
 
@@ -104,7 +121,7 @@ impl Locker {
         let v = self
             .inner
             .conns
-            .send(&line, self.inner.timeout)
+            .send_once(&line, self.inner.timeout)
             .map_err(|e| translate_guarded(e, &String::from_utf8_lossy(gate), "fence"))?;
         reply::inner(v)
     }
@@ -122,6 +139,7 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
+    replicas: Option<Replicas>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -179,6 +197,16 @@ impl Lock {
         self
     }
 
+    /// Report a grant or an extension only once `replicas` replicas acknowledged it (`WAIT
+    /// replicas timeout` on its connection, after it; 0, the default, asks nothing): a grant
+    /// not acknowledged within `timeout` (nor the lease) is released and fails with
+    /// `Error::NotReplicated`, an extension fails with it and leaves the lease clock where it
+    /// was; a renewal in the background not acknowledged does not count for the lease clock.
+    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
+        self.replicas = Replicas::new(replicas, timeout);
+        self
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -216,6 +244,7 @@ impl Lock {
             self.ttl,
             self.mode,
         );
+        let replicas = self.replicas;
         let granted = crate::renewer::run_blocking(async move {
             let spec = owned::Spec {
                 name: &name,
@@ -224,7 +253,11 @@ impl Lock {
                 mode,
                 data: None,
             };
-            owned::acquire(&client, spec, Attempt::new(deadline)).await
+            let g = owned::acquire(&client, spec, Attempt::new(deadline)).await?;
+            if let Some(g) = &g {
+                owned::confirm(g, &name, replicas, ttl).await?;
+            }
+            Ok::<_, Error>(g)
         })?;
         let Some(g) = granted else {
             return Ok(None);
@@ -239,6 +272,9 @@ impl Lock {
             self.on_lost.clone(),
             g.channel,
         );
+        if let Some(r) = self.replicas {
+            let _ = state.replicas.set(r);
+        }
         let keeper = blocking_keeper();
         keeper.add(&state);
         g.watch.attach(&state, keeper.clone());
@@ -272,24 +308,39 @@ impl Lock {
             }
             .args();
             let sent = Instant::now();
-            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        std::thread::sleep(d);
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
+            let lease = Duration::from_millis(self.ttl.millis());
+            let then = Replicas::after(self.replicas, true, lease);
+            let (v, acks) =
+                match inner
+                    .conns
+                    .send_then(&line, Attempt::bound(wait, inner.timeout), then)
+                {
+                    Ok(v) => v,
+                    Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
+                        Next::Again => continue,
+                        Next::Pause(d) => {
+                            std::thread::sleep(d);
+                            continue;
+                        }
+                        Next::NotGranted => return Ok(None),
+                        Next::Fail(e) => return Err(e),
+                    },
+                };
             let Some((granted, fence)) = reply::grant(&v)? else {
                 if attempt.wait_on(Instant::now()) {
                     continue; // cut short: wait on
                 }
                 return Ok(None);
             };
+            if let Some(r) = self.replicas {
+                let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
+                if !ok {
+                    let _ = inner
+                        .conns
+                        .send(&args::release(&self.name, &granted), inner.timeout);
+                    return Err(r.shortfall(&self.name_lossy(), count));
+                }
+            }
             let mut sent = sent;
             if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
                 // Granted after a wait: the lease began at the grant; renew now so that the
@@ -316,6 +367,9 @@ impl Lock {
                 self.on_lost.clone(),
                 inner.channel.clone(),
             );
+            if let Some(r) = self.replicas {
+                let _ = state.replicas.set(r);
+            }
             let keeper = blocking_keeper();
             keeper.add(&state);
             return Ok(Some(Hold {

@@ -4,6 +4,7 @@
 
 pub mod acquire;
 pub mod args;
+pub mod durable;
 pub mod election;
 pub mod error;
 pub mod lease;

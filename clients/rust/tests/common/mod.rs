@@ -34,7 +34,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn spawn(binary: &str, module: &Path, port: u16, dir: &Path) -> Child {
+fn spawn(binary: &str, module: &Path, port: u16, dir: &Path, extra: &[&str]) -> Child {
     let mut cmd = Command::new(binary);
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .arg("--dir")
@@ -42,6 +42,7 @@ fn spawn(binary: &str, module: &Path, port: u16, dir: &Path) -> Child {
         .arg("--loadmodule")
         .arg(module)
         .args(["--save", "", "--appendonly", "no"])
+        .args(extra)
         .arg("--logfile")
         .arg(dir.join("redis.log"))
         .stdin(Stdio::null())
@@ -63,6 +64,25 @@ fn spawn(binary: &str, module: &Path, port: u16, dir: &Path) -> Child {
 
 impl Server {
     pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A replica of `master`, once its link to the master is up.
+    pub fn replica_of(master: &Server) -> Server {
+        let port = master.port.to_string();
+        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        until(Duration::from_secs(20), "the replica's link", || {
+            let info: String = redis::cmd("INFO")
+                .arg("replication")
+                .query(&mut replica.conn())
+                .unwrap();
+            info.lines().any(|l| l.trim() == "master_link_status:up")
+        });
+        replica
+    }
+
+    /// A server started with `extra` arguments too.
+    pub fn start_with(extra: &[&str]) -> Server {
         let module = module();
         assert!(
             module.exists(),
@@ -75,7 +95,7 @@ impl Server {
             let dir = std::env::temp_dir()
                 .join(format!("redislock-client-{}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
-            let child = spawn(&binary, &module, port, &dir);
+            let child = spawn(&binary, &module, port, &dir, extra);
             let mut server = Server { child, port, dir };
             if server.wait_ready() {
                 return server;
@@ -118,7 +138,7 @@ impl Server {
 
     pub fn start_again(&mut self) {
         let binary = std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
-        self.child = spawn(&binary, &module(), self.port, &self.dir);
+        self.child = spawn(&binary, &module(), self.port, &self.dir, &[]);
         assert!(self.wait_ready(), "restarted on port {}", self.port);
     }
 

@@ -1,9 +1,9 @@
-//! Redlock over redislock's native commands: a reference implementation in Rust (the `redis`
-//! crate, sync API).
+//! Redlock over redislock's native commands: a reference implementation in Rust on the Rust
+//! client (`redislock_client`, blocking), one `Locker` per instance.
 //!
 //! ```text
-//! REDIS_PORT=7001,7002,7003,7004,7005 cargo run --release --example redlock   # on 127.0.0.1
-//! REDIS_PORT=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 cargo run --release --example redlock
+//! REDIS_PORT=7001,7002,7003,7004,7005 cargo run -p redislock-client --example redlock   # on 127.0.0.1
+//! REDIS_PORT=10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379 cargo run -p redislock-client --example redlock
 //! ```
 //!
 //! The demo acquires `demo:redlock` on the given independent masters (each loading the
@@ -16,13 +16,14 @@
 //! order that every client must share:
 //!
 //! 1. Pick one random token (128 bits, hex) for this acquisition.
-//! 2. Send `LOCK.ACQUIRE resource token PX ttl` to every instance in turn, with connect and
-//!    read timeouts much smaller than the TTL, so that a dead instance costs little.
+//! 2. Send `LOCK.ACQUIRE resource token PX ttl` to every instance in turn (a try of a lock with
+//!    that token and no renewals), with connect and read timeouts much smaller than the TTL
+//!    (`Locker::with_timeout`), so that a dead instance costs little.
 //! 3. The lock is acquired if a majority (N/2 + 1) granted it and time is left: the validity is
 //!    `ttl - elapsed - drift`, with `drift = ttl * 0.01 + 2 ms` for the clock rate differences
 //!    between the servers and this client.
-//! 4. Otherwise release it on *every* instance (also on those whose reply was lost, which may
-//!    have granted it) and retry after a random delay, a few times.
+//! 4. Otherwise release what it got and retry after a random delay, a few times. An instance
+//!    whose reply was lost twice may have granted it: that grant ends with its lease.
 //! 5. Extend with `LOCK.EXTEND` on every instance: the extension holds if a majority extended
 //!    it in time. Release with `LOCK.RELEASE` on every instance.
 //!
@@ -58,21 +59,17 @@
 //! increasing sequence per lock, across failovers too.
 
 use std::fmt;
-use std::io::Read;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use redis::{Client, Connection, RedisError, Value};
+use redislock_client::{Error, Hold, Locker, Token};
 
 /// Tunables of a [`Redlock`].
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Time allowed to connect to one instance.
-    pub connect_timeout: Duration,
-    /// Time allowed for one instance to answer one command.
+    /// Time allowed to connect to one instance and for it to answer one command (the
+    /// instances' `Locker::with_timeout`).
     pub io_timeout: Duration,
     /// Attempts of [`Redlock::lock`] before giving up (at least 1).
     pub retry_count: u32,
@@ -85,7 +82,6 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            connect_timeout: Duration::from_millis(50),
             io_timeout: Duration::from_millis(50),
             retry_count: 3,
             retry_delay_max: Duration::from_millis(200),
@@ -94,8 +90,9 @@ impl Default for Options {
     }
 }
 
-/// A Redlock held on a majority of the instances.
-#[derive(Clone, Debug)]
+/// A Redlock held on a majority of the instances: a hold of the client on each instance that
+/// granted it (not renewed: its validity is what the holder has).
+#[derive(Debug)]
 pub struct Lock {
     pub resource: String,
     /// The token used on every instance.
@@ -107,6 +104,7 @@ pub struct Lock {
     pub since: Instant,
     /// How long the lock is valid from `since`.
     pub validity: Duration,
+    holds: Vec<Option<Hold>>,
 }
 
 impl Lock {
@@ -159,26 +157,16 @@ impl fmt::Display for RedlockError {
 
 impl std::error::Error for RedlockError {}
 
-/// Why a command did not get an answer from an instance.
-enum CallError {
-    /// No connection (refused, timed out): the command was not sent.
-    Connect,
-    /// Sent, but the reply was lost (timeout, dropped connection): it may have run.
-    LostReply,
-    /// The server answered an error (`OOM`, `LOADING`, `READONLY`, …).
-    Server,
-}
-
-/// One Redis master and its connection, opened on demand and dropped after an I/O error.
+/// One Redis master: its address and a locker on it.
 struct Instance {
     /// `host:port`, for messages.
     addr: String,
-    client: Option<Client>,
-    conn: Option<Connection>,
+    /// `None` when the address is not a valid one.
+    locker: Option<Locker>,
 }
 
 impl Instance {
-    fn new(addr: &str) -> Instance {
+    fn new(addr: &str, opts: &Options) -> Instance {
         let url = if addr.contains("://") {
             addr.to_string()
         } else {
@@ -186,88 +174,57 @@ impl Instance {
         };
         Instance {
             addr: addr.to_string(),
-            client: Client::open(url).ok(),
-            conn: None,
+            locker: Locker::open(url.as_str())
+                .ok()
+                .map(|l| l.with_timeout(opts.io_timeout)),
         }
     }
 
-    fn query(&mut self, cmd: &redis::Cmd, opts: &Options) -> Result<Value, CallError> {
-        if self.conn.is_none() {
-            let client = self.client.clone().ok_or(CallError::Connect)?;
-            let con = connect(client, opts.connect_timeout).ok_or(CallError::Connect)?;
-            con.set_read_timeout(Some(opts.io_timeout))
-                .map_err(|_| CallError::Connect)?;
-            con.set_write_timeout(Some(opts.io_timeout))
-                .map_err(|_| CallError::Connect)?;
-            self.conn = Some(con);
-        }
-        let con = self.conn.as_mut().expect("connected above");
-        match cmd.query::<Value>(con) {
-            Ok(v) => Ok(v),
-            Err(e) if is_server_error(&e) => Err(CallError::Server),
-            Err(_) => {
-                // The stream may hold a late reply: never reuse this connection.
-                self.conn = None;
-                Err(CallError::LostReply)
-            }
-        }
-    }
-
-    /// Runs `cmd`; if its reply is lost, sends it once more on a fresh connection. Only for
-    /// commands that are safe to repeat (all of `LOCK.*` with a fixed token are).
-    fn query_retrying(&mut self, cmd: &redis::Cmd, opts: &Options) -> Option<Value> {
-        match self.query(cmd, opts) {
-            Ok(v) => Some(v),
-            Err(CallError::LostReply) => self.query(cmd, opts).ok(),
-            Err(CallError::Connect | CallError::Server) => None,
+    /// A try of `resource` with `token`: the hold, or `None` (busy, or no answer). A reply lost
+    /// (no answer in time, a dropped connection) is retried once, on a fresh connection: the
+    /// command may have run, and its repetition re-grants with the same fence.
+    fn grant(&self, resource: &str, token: &str, ttl: Duration) -> Option<Hold> {
+        let lock = self
+            .locker
+            .as_ref()?
+            .lock(resource)
+            .token(Token::Given(token.as_bytes().to_vec()))
+            .ttl(ttl)
+            .auto_renew(false);
+        match lock.try_acquire() {
+            Ok(hold) => hold,
+            Err(Error::Timeout { .. }) | Err(Error::Redis(_)) => lock.try_acquire().ok().flatten(),
+            Err(_) => None,
         }
     }
 }
 
-/// Connects within `timeout`, handshake included.
-///
-/// The `redis` crate's `get_connection_with_timeout` bounds only the TCP connect; the
-/// handshake that follows (`CLIENT SETINFO`) reads without a timeout, so a server that accepts
-/// but does not answer (stopped, stalled, overloaded) would block the caller. The connection is
-/// therefore made on a helper thread, abandoned if it is late (it ends when the server answers
-/// or closes).
-fn connect(client: Client, timeout: Duration) -> Option<Connection> {
-    let (tx, rx) = mpsc::channel();
-    thread::spawn(move || {
-        let _ = tx.send(client.get_connection_with_timeout(timeout));
-    });
-    rx.recv_timeout(timeout).ok()?.ok()
-}
-
-fn is_server_error(e: &RedisError) -> bool {
-    !(e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal())
-}
-
-/// A Redlock client over N independent masters that load the redislock module.
-///
-/// Not shared between threads: give each thread its own (they hold connections).
+/// A Redlock client over independent masters, in the order given.
 pub struct Redlock {
     instances: Vec<Instance>,
     opts: Options,
-    rng: XorShift,
+    rng: u64,
 }
 
 impl Redlock {
     /// Instances as `host:port` or `redis://` URLs. Every client of a resource must list the
-    /// same instances in the same order (the fences are matched by position).
+    /// same instances in the same order (fences are per instance).
     pub fn new<S: AsRef<str>>(addrs: &[S]) -> Redlock {
         Redlock::with_options(addrs, Options::default())
     }
 
     pub fn with_options<S: AsRef<str>>(addrs: &[S], opts: Options) -> Redlock {
         Redlock {
-            instances: addrs.iter().map(|a| Instance::new(a.as_ref())).collect(),
+            instances: addrs
+                .iter()
+                .map(|a| Instance::new(a.as_ref(), &opts))
+                .collect(),
             opts,
-            rng: XorShift::seeded(),
+            rng: u64::from_str_radix(&random_token()[..16], 16).unwrap_or(1) | 1,
         }
     }
 
-    /// Majority of the instances.
+    /// Grants needed: a majority of the instances.
     pub fn quorum(&self) -> usize {
         self.instances.len() / 2 + 1
     }
@@ -281,6 +238,14 @@ impl Redlock {
         ttl.mul_f64(self.opts.clock_drift_factor) + Duration::from_millis(2)
     }
 
+    /// xorshift64*: the retry delays.
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
     /// Acquires `resource` for `ttl` with a new random token, retrying up to
     /// `Options::retry_count` times.
     pub fn lock(&mut self, resource: &str, ttl: Duration) -> Result<Lock, RedlockError> {
@@ -290,8 +255,8 @@ impl Redlock {
 
     /// [`lock`](Self::lock) with a token chosen by the caller. Calling it again with the token
     /// of a lock still held re-grants it with the same fences: a caller that lost track of an
-    /// acquisition (say, its own timeout fired) can repeat it safely. When it fails, the token's
-    /// lock is released on every instance.
+    /// acquisition (say, its own timeout fired) can repeat it safely. When it fails, what it
+    /// was granted is released.
     pub fn lock_with_token(
         &mut self,
         resource: &str,
@@ -304,8 +269,7 @@ impl Redlock {
         if resource.is_empty() || token.is_empty() {
             return Err(RedlockError::Invalid("empty resource or token".into()));
         }
-        let ttl_ms = ttl.as_millis() as u64;
-        if ttl <= self.drift(ttl) || ttl_ms == 0 {
+        if ttl <= self.drift(ttl) || ttl.as_millis() == 0 {
             return Err(RedlockError::Invalid(format!(
                 "TTL {ttl:?} does not cover the clock drift allowance"
             )));
@@ -314,23 +278,16 @@ impl Redlock {
         let mut granted = 0;
         for attempt in 1..=attempts {
             let since = Instant::now();
-            let cmd = {
-                let mut c = redis::cmd("LOCK.ACQUIRE");
-                c.arg(resource).arg(token).arg("PX").arg(ttl_ms);
-                c
-            };
-            let mut fences = Vec::with_capacity(self.instances.len());
-            for inst in &mut self.instances {
-                let fence = match inst.query_retrying(&cmd, &self.opts) {
-                    Some(Value::Array(items)) => match items.as_slice() {
-                        [_, Value::Int(f)] => Some(*f),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                fences.push(fence);
-            }
-            granted = fences.iter().filter(|f| f.is_some()).count();
+            let holds: Vec<Option<Hold>> = self
+                .instances
+                .iter()
+                .map(|inst| inst.grant(resource, token, ttl))
+                .collect();
+            let fences: Vec<Option<i64>> = holds
+                .iter()
+                .map(|h| h.as_ref().map(|h| h.fence() as i64))
+                .collect();
+            granted = holds.iter().flatten().count();
             let used = since.elapsed() + self.drift(ttl);
             if granted >= self.quorum() && ttl > used {
                 return Ok(Lock {
@@ -339,13 +296,18 @@ impl Redlock {
                     fences,
                     since,
                     validity: ttl - used,
+                    holds,
                 });
             }
-            // Not acquired: release everywhere, including where the reply was lost.
-            self.release_all(resource, token);
+            // Not acquired: release what was granted.
+            release_all(holds);
             if attempt < attempts {
                 let max = self.opts.retry_delay_max.as_micros() as u64;
-                let delay = if max == 0 { 0 } else { self.rng.next() % max };
+                let delay = if max == 0 {
+                    0
+                } else {
+                    self.next_random() % max
+                };
                 thread::sleep(Duration::from_micros(delay));
             }
         }
@@ -368,17 +330,14 @@ impl Redlock {
             });
         }
         let since = Instant::now();
-        let mut cmd = redis::cmd("LOCK.EXTEND");
-        cmd.arg(&lock.resource)
-            .arg(&lock.token)
-            .arg("PX")
-            .arg(ttl.as_millis() as u64);
-        let mut extended = 0;
-        for inst in &mut self.instances {
-            if let Some(Value::Int(1)) = inst.query_retrying(&cmd, &self.opts) {
-                extended += 1;
-            }
-        }
+        // A hold whose lease clock ran out is refused by the client without a request.
+        let extended = lock
+            .holds
+            .iter_mut()
+            .flatten()
+            .map(|h| h.extend(ttl))
+            .filter(Result::is_ok)
+            .count();
         let used = since.elapsed() + self.drift(ttl);
         if extended >= quorum && ttl > used {
             lock.since = since;
@@ -389,22 +348,21 @@ impl Redlock {
         }
     }
 
-    /// Releases the lock on every instance; returns on how many it was still held.
-    pub fn unlock(&mut self, lock: &Lock) -> usize {
-        self.release_all(&lock.resource, &lock.token)
+    /// Releases the lock on every instance that granted it; returns on how many it was still
+    /// held.
+    pub fn unlock(&mut self, lock: Lock) -> usize {
+        release_all(lock.holds)
     }
+}
 
-    fn release_all(&mut self, resource: &str, token: &str) -> usize {
-        let mut cmd = redis::cmd("LOCK.RELEASE");
-        cmd.arg(resource).arg(token);
-        let mut released = 0;
-        for inst in &mut self.instances {
-            if let Some(Value::Int(1)) = inst.query_retrying(&cmd, &self.opts) {
-                released += 1;
-            }
-        }
-        released
-    }
+/// Releases each hold; returns how many the server still had.
+fn release_all(holds: Vec<Option<Hold>>) -> usize {
+    holds
+        .into_iter()
+        .flatten()
+        .map(|h| h.release())
+        .filter(Result::is_ok)
+        .count()
 }
 
 /// What a fenced resource remembers for one Redlock resource: the highest fence it accepted from
@@ -446,47 +404,9 @@ impl FenceRecord {
     }
 }
 
-/// 16 random bytes as 32 hex characters: from `/dev/urandom`, or else from a xorshift generator
-/// seeded with the time, the process id and a counter.
+/// A random 128-bit token, as 32 hex characters (the client's own).
 pub fn random_token() -> String {
-    let mut bytes = [0u8; 16];
-    let from_os = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !from_os {
-        let mut rng = XorShift::seeded();
-        for chunk in bytes.chunks_mut(8) {
-            chunk.copy_from_slice(&rng.next().to_le_bytes()[..chunk.len()]);
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// xorshift64* : small, fast, not cryptographic (retry delays, and tokens only without
-/// `/dev/urandom`).
-struct XorShift(u64);
-
-impl XorShift {
-    fn seeded() -> XorShift {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let seed =
-            nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        XorShift(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
+    String::from_utf8_lossy(Token::random().as_arg()).into_owned()
 }
 
 /// The demo, on the masters of `REDIS_PORT` (`port` or `host:port`, separated by commas; 6379
@@ -558,7 +478,7 @@ fn demo(addrs: &[String]) -> Result<(), RedlockError> {
     );
     match other.lock(resource, ttl) {
         Ok(l) => {
-            other.unlock(&l);
+            other.unlock(l);
             return Err(RedlockError::Invalid(
                 "a second client acquired a held lock".into(),
             ));
@@ -568,7 +488,7 @@ fn demo(addrs: &[String]) -> Result<(), RedlockError> {
 
     client.extend(&mut lock, ttl)?;
     println!("extended: valid for {:?}", lock.remaining());
-    let released = client.unlock(&lock);
+    let released = client.unlock(lock);
     println!("released on {released} instance(s)");
     Ok(())
 }
