@@ -7,6 +7,8 @@ mod aio;
 mod blocking;
 mod election;
 mod ephemeral;
+mod faults;
+mod faults_aio;
 mod guarded;
 mod lease;
 mod multi;

@@ -3,7 +3,7 @@
 //! shares meanwhile.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
@@ -34,7 +34,7 @@ impl Conns {
         let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match pooled {
             Some(c) => Ok(c),
-            None => self.client.get_connection_with_timeout(bound),
+            None => open_within(&self.client, bound),
         }
     }
 
@@ -45,13 +45,18 @@ impl Conns {
         }
     }
 
-    /// Sends `args` on one of the locker's connections; its reply must come within `bound`.
-    /// A connection that failed (not a server's error reply) is closed, never reused.
+    /// Sends `args` on one of the locker's connections; its reply must come within `bound`
+    /// (counted from the call: opening a connection takes its part). A connection that failed
+    /// (not a server's error reply) is closed, never reused.
     pub fn send(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        let started = Instant::now();
         let bound = bound.max(Duration::from_millis(1));
         let mut conn = self.take(bound)?;
-        conn.set_read_timeout(Some(bound))?;
-        conn.set_write_timeout(Some(bound))?;
+        let left = bound
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(left))?;
+        conn.set_write_timeout(Some(left))?;
         match args::cmd(args).query::<Value>(&mut conn) {
             Ok(v) => {
                 self.give_back(conn);
@@ -64,5 +69,28 @@ impl Conns {
                 Err(e)
             }
         }
+    }
+}
+
+/// A new connection within `bound`. The redis crate bounds each read of its setup (HELLO,
+/// CLIENT SETINFO) by the time left, one after the other, which adds up to several times that
+/// against a stopped server: the connection is opened on a thread of its own, given up here at
+/// `bound` (the thread ends with the crate's own bounds).
+fn open_within(client: &redis::Client, bound: Duration) -> redis::RedisResult<Connection> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let client = client.clone();
+    std::thread::Builder::new()
+        .name("redislock-connect".into())
+        .spawn(move || {
+            let _ = tx.send(client.get_connection_with_timeout(bound));
+        })
+        .map_err(redis::RedisError::from)?;
+    match rx.recv_timeout(bound) {
+        Ok(opened) => opened,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no connection within the bound",
+        )
+        .into()),
     }
 }
