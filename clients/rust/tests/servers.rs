@@ -11,4 +11,5 @@ mod faults;
 mod faults_aio;
 mod guarded;
 mod lease;
+mod locked;
 mod multi;

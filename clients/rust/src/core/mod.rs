@@ -7,5 +7,6 @@ pub mod args;
 pub mod election;
 pub mod error;
 pub mod lease;
+pub mod locked;
 pub mod multi;
 pub mod reply;
