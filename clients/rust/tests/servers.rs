@@ -6,6 +6,7 @@ mod common;
 mod aio;
 mod blocking;
 mod election;
+mod election_run;
 mod ephemeral;
 mod faults;
 mod faults_aio;

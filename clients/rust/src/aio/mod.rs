@@ -18,14 +18,16 @@ use crate::hold::{HoldState, OnLost, Shared};
 mod election;
 mod hold;
 mod multi;
+mod observe;
 
 use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
-pub use election::{Election, Observer};
+pub use election::Election;
 pub use hold::Hold;
 pub use multi::{MultiHold, MultiLock};
+pub use observe::Observer;
 
 struct Inner {
     client: redis::Client,
