@@ -41,6 +41,7 @@ pub mod core;
 
 mod blocking;
 mod cancel;
+mod follow;
 mod hold;
 mod lost;
 mod owned;
@@ -57,7 +58,9 @@ pub use crate::core::args::{Mode, Token};
 pub use crate::core::election::Leader;
 pub use crate::core::error::{Error, Result};
 pub use crate::core::lease::LostReason;
+pub use crate::core::locked::Names;
 pub use crate::core::reply::{Holder, LockInfo};
+pub use crate::follow::{OnElected, OnNewLeader};
 pub use crate::hold::OnLost;
 pub use crate::lost::{Lost, LostSignal};
 

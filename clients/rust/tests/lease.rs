@@ -11,7 +11,7 @@ use redis::Value;
 use redislock_client::{Error, Locker, LostReason};
 
 use crate::common::proxy::Proxy;
-use crate::common::{until, Server};
+use crate::common::{granted_no_earlier, until, Server};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -157,23 +157,6 @@ fn a_partitioned_holder_is_lost_before_anyone_else_is_granted() {
     let err = hold.release().unwrap_err();
     assert!(matches!(err, Error::Lost { .. }), "{err:?}");
     assert_eq!(count.load(Ordering::SeqCst), 1);
-}
-
-/// The waiter's grant moment, no earlier than: the lease it has left read with LOCK.INFO right
-/// after the grant (a request sent at `asked`).
-fn granted_no_earlier(c: &mut redis::Connection, name: &str, ttl_ms: i64) -> Instant {
-    let asked = Instant::now();
-    let info: Value = redis::cmd("LOCK.INFO").arg(name).query(c).unwrap();
-    let left = match info {
-        Value::Array(f) => f
-            .chunks(2)
-            .find(|kv| kv[0] == Value::BulkString(b"ttl".to_vec()))
-            .map(|kv| redis::from_redis_value::<i64>(kv[1].clone()).unwrap())
-            .unwrap(),
-        other => panic!("{other:?}"),
-    };
-    // The ttl is read in whole ms, rounded either way: 1 ms more.
-    asked - Duration::from_millis((ttl_ms - left) as u64 + 1)
 }
 
 /// A grant whose reply is held back (a slow network): the lease clock counts from the request's

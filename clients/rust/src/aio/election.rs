@@ -4,25 +4,21 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::Value;
-
 use crate::cancel::{Cancel, RunState, Stopper, Term};
-use crate::core::acquire::{Attempt, WAIT_GRACE};
+use crate::core::acquire::Attempt;
 use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
-use crate::core::election::{self, Change, Leader, Observation, Proclaimed, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, translate, Error, Result};
+use crate::core::election::{self, Leader, Proclaimed};
+use crate::core::error::{Error, Result};
 use crate::core::lease::Leased;
 use crate::core::reply;
+use crate::follow::{Follow, OnElected, OnNewLeader};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::runtime_keeper;
 use crate::COMMAND_TIMEOUT;
 
-use super::{Hold, Locker};
-
-const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
+use super::{Hold, Locker, Observer};
 
 /// A candidate in the election `name` (see the blocking [`crate::Election`]).
 pub struct Election {
@@ -31,6 +27,8 @@ pub struct Election {
     lease: Ttl,
     data: Option<Vec<u8>>,
     on_lost: Option<OnLost>,
+    on_elected: Option<OnElected>,
+    on_new_leader: Option<OnNewLeader>,
     hold: Option<Hold>,
     run: Arc<RunState>,
 }
@@ -44,6 +42,8 @@ impl Locker {
             lease: Ttl::from_duration(election::DEFAULT_LEASE),
             data: None,
             on_lost: None,
+            on_elected: None,
+            on_new_leader: None,
             hold: None,
             run: Arc::default(),
         }
@@ -64,6 +64,24 @@ impl Election {
     /// Called once per loss of leadership, in the runtime's renewal task.
     pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
         self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    /// `run` calls this with each term it is elected in, before the work (see the blocking
+    /// [`crate::Election::on_elected`]).
+    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
+        self.on_elected = Some(Arc::new(f));
+        self
+    }
+
+    /// `run` calls this with each change of leader an observer of its own (a task of the
+    /// runtime) sees, never after `run` returned (see the blocking
+    /// [`crate::Election::on_new_leader`]).
+    pub fn on_new_leader(
+        mut self,
+        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
+    ) -> Election {
+        self.on_new_leader = Some(Arc::new(f));
         self
     }
 
@@ -110,7 +128,8 @@ impl Election {
             election::check_data(d)?;
         }
         loop {
-            let until = deadline.unwrap_or_else(|| Instant::now() + FOREVER);
+            // Without limit: `BLOCK 0`.
+            let attempt = deadline.map_or_else(Attempt::forever, |d| Attempt::new(Some(d)));
             let token = Token::random();
             let spec = owned::Spec {
                 name: &self.name,
@@ -122,7 +141,7 @@ impl Election {
             let stopped = self.run.stopped.clone();
             let client = &self.locker.inner.client;
             let granted = tokio::select! {
-                g = owned::acquire(client, spec, Attempt::new(Some(until))) => g?,
+                g = owned::acquire(client, spec, attempt) => g?,
                 _ = stopped.wait(), if stoppable => return Ok(None),
             };
             let Some(g) = granted else {
@@ -235,13 +254,7 @@ impl Election {
 
     /// The changes of leader (see the blocking [`crate::Observer`]): `observer.next().await`.
     pub fn observe(&self) -> Observer {
-        Observer {
-            client: self.locker.inner.client.clone(),
-            name: self.name.clone(),
-            obs: Observation::new(),
-            conn: None,
-            done: false,
-        }
+        Observer::new(self.locker.inner.client.clone(), self.name.clone())
     }
 
     /// Stops `run` from anywhere.
@@ -254,7 +267,36 @@ impl Election {
     /// Campaigns, runs `work(term)` while leading (dropped at once when the term ends: lost,
     /// or the run stopped), resigns, and campaigns again until stopped (see the blocking
     /// [`crate::Election::run`]).
-    pub async fn run<F, Fut>(&mut self, mut work: F) -> Result<()>
+    pub async fn run<F, Fut>(&mut self, work: F) -> Result<()>
+    where
+        F: FnMut(Term) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let follow = self.on_new_leader.clone().map(Follow::new);
+        if let Some(follow) = &follow {
+            let mut observer = self.observe();
+            let follow = follow.clone();
+            tokio::spawn(async move {
+                loop {
+                    let change = tokio::select! {
+                        c = observer.next() => c,
+                        _ = follow.wake.wait() => return,
+                    };
+                    let Some(Ok(change)) = change else { return };
+                    if !follow.deliver(change.as_ref()) {
+                        return;
+                    }
+                }
+            });
+        }
+        let ran = self.terms(work).await;
+        if let Some(follow) = &follow {
+            follow.end();
+        }
+        ran
+    }
+
+    async fn terms<F, Fut>(&mut self, mut work: F) -> Result<()>
     where
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = ()>,
@@ -277,6 +319,9 @@ impl Election {
                         term,
                         ended: ended.clone(),
                     };
+                    if let Some(f) = &self.on_elected {
+                        f(term);
+                    }
                     if !ended.is_set() {
                         tokio::select! {
                             _ = work(handle.clone()) => {}
@@ -294,68 +339,6 @@ impl Election {
                 Err(e) => return Err(e),
             }
             self.run.set_current(None);
-        }
-    }
-}
-
-/// The changes of leader, awaited one by one with `next()` (see the blocking
-/// [`crate::Observer`]).
-pub struct Observer {
-    client: redis::Client,
-    name: Vec<u8>,
-    obs: Observation,
-    conn: Option<MultiplexedConnection>,
-    done: bool,
-}
-
-impl Observer {
-    async fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
-        let client = &self.client;
-        let slot = &mut self.conn;
-        let run = async {
-            let conn = match slot.as_mut() {
-                Some(c) => c,
-                None => slot.insert(crate::renewer::connect(client).await?),
-            };
-            args::cmd(line).query_async::<Value>(conn).await
-        };
-        let answer = match tokio::time::timeout(bound, run).await {
-            Ok(r) => r,
-            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
-        };
-        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
-            self.conn = None;
-        }
-        answer
-    }
-
-    /// The next change: `Some(Ok(Some(leader)))`, `Some(Ok(None))` when nobody leads after a
-    /// leader; `None` after an error that waiting cannot mend was given out.
-    pub async fn next(&mut self) -> Option<Result<Option<Leader>>> {
-        if self.done {
-            return None;
-        }
-        loop {
-            let (line, block) = self.obs.request(&self.name, OBSERVE_BLOCK);
-            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
-            let failure = match self.send(&line, bound).await {
-                Ok(v) => match self.obs.answer(&v) {
-                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
-                    Ok(Change::Vacant) => return Some(Ok(None)),
-                    Ok(Change::Unchanged) => continue,
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => e,
-            };
-            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
-                self.done = true;
-                let name = String::from_utf8_lossy(&self.name).into_owned();
-                return Some(Err(translate(failure, &name, "observe")));
-            }
-            tokio::time::sleep(self.obs.failed()).await;
         }
     }
 }

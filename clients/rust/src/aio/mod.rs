@@ -12,21 +12,24 @@ use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
+use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 
 mod election;
 mod hold;
 mod multi;
+mod observe;
 mod waited;
 
 use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
-pub use election::{Election, Observer};
+pub use election::Election;
 pub use hold::Hold;
 pub use multi::{MultiHold, MultiLock};
+pub use observe::Observer;
 
 struct Inner {
     client: redis::Client,
@@ -147,6 +150,23 @@ impl Locker {
             .send(&args::info(name), COMMAND_TIMEOUT, &lossy, "info")
             .await?;
         reply::info(&v)
+    }
+
+    /// Whether anyone holds the lock, or any of several (see the blocking
+    /// [`crate::Locker::locked`]).
+    pub async fn locked(&self, names: impl Names) -> Result<bool> {
+        for name in names.into_names() {
+            let lossy = String::from_utf8_lossy(&name);
+            let reply = self
+                .inner
+                .channel
+                .send(&args::info(&name), COMMAND_TIMEOUT, &lossy, "info")
+                .await;
+            if locked::held(reply, &name)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 

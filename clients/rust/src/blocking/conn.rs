@@ -3,7 +3,7 @@
 //! shares meanwhile.
 
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
@@ -35,7 +35,7 @@ impl Conns {
         let pooled = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match pooled {
             Some(c) => Ok((c, true)),
-            None => Ok((self.client.get_connection_with_timeout(bound)?, false)),
+            None => Ok((open_within(&self.client, bound)?, false)),
         }
     }
 
@@ -57,8 +57,9 @@ impl Conns {
 
     /// `send`, never sent twice (a guarded write: its inner command might run twice).
     pub fn send_once(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        let started = Instant::now();
         let (mut conn, _) = self.take(bound.max(Duration::from_millis(1)))?;
-        let answer = Self::query(&mut conn, args, bound);
+        let answer = Self::query(&mut conn, args, left(bound, started));
         if answer.as_ref().is_ok() || answer.as_ref().is_err_and(|e| reply_text(e).is_some()) {
             self.give_back(conn);
         }
@@ -73,13 +74,13 @@ impl Conns {
         bound: Duration,
         then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
     ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
+        // The bound counts from the call: opening a connection takes its part.
+        let started = Instant::now();
         let (mut conn, pooled) = self.take(bound.max(Duration::from_millis(1)))?;
-        let mut answer = Self::query(&mut conn, args, bound);
+        let mut answer = Self::query(&mut conn, args, left(bound, started));
         if pooled && answer.as_ref().is_err_and(|e| e.is_connection_dropped()) {
-            conn = self
-                .client
-                .get_connection_with_timeout(bound.max(Duration::from_millis(1)))?;
-            answer = Self::query(&mut conn, args, bound);
+            conn = open_within(&self.client, left(bound, started))?;
+            answer = Self::query(&mut conn, args, left(bound, started));
         }
         let v = match answer {
             Ok(v) => v,
@@ -110,5 +111,35 @@ impl Conns {
         conn.set_read_timeout(Some(bound))?;
         conn.set_write_timeout(Some(bound))?;
         args::cmd(args).query::<Value>(conn)
+    }
+}
+
+/// What is left of `bound` since `started` (at least 1 ms: a bound of 0 means none to the crate).
+fn left(bound: Duration, started: Instant) -> Duration {
+    bound
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_millis(1))
+}
+
+/// A new connection within `bound`. The redis crate bounds each read of its setup (HELLO,
+/// CLIENT SETINFO) by the time left, one after the other, which adds up to several times that
+/// against a stopped server: the connection is opened on a thread of its own, given up here at
+/// `bound` (the thread ends with the crate's own bounds).
+fn open_within(client: &redis::Client, bound: Duration) -> redis::RedisResult<Connection> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let client = client.clone();
+    std::thread::Builder::new()
+        .name("redislock-connect".into())
+        .spawn(move || {
+            let _ = tx.send(client.get_connection_with_timeout(bound));
+        })
+        .map_err(redis::RedisError::from)?;
+    match rx.recv_timeout(bound) {
+        Ok(opened) => opened,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "no connection within the bound",
+        )
+        .into()),
     }
 }

@@ -12,6 +12,7 @@ use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{translate, Error, Result};
 use crate::core::lease::Leased;
 use crate::core::reply;
+use crate::follow::{Follow, OnElected, OnNewLeader};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::{Lost, LostSignal};
 use crate::owned;
@@ -21,9 +22,6 @@ use crate::COMMAND_TIMEOUT;
 use super::observe::Observer;
 use super::{Hold, Locker};
 
-/// How long a campaign without limit waits in one request (sent again if not granted by then).
-pub(crate) const FOREVER: Duration = Duration::from_secs(365 * 24 * 3600);
-
 /// A candidate in the election `name`: made by `Locker::election`.
 pub struct Election {
     locker: Locker,
@@ -31,6 +29,8 @@ pub struct Election {
     lease: Ttl,
     data: Option<Vec<u8>>,
     on_lost: Option<OnLost>,
+    on_elected: Option<OnElected>,
+    on_new_leader: Option<OnNewLeader>,
     hold: Option<Hold>,
     run: Arc<RunState>,
 }
@@ -45,6 +45,8 @@ impl Locker {
             lease: Ttl::from_duration(election::DEFAULT_LEASE),
             data: None,
             on_lost: None,
+            on_elected: None,
+            on_new_leader: None,
             hold: None,
             run: Arc::default(),
         }
@@ -77,6 +79,24 @@ impl Election {
     /// Called once per loss of leadership, on the renewal thread.
     pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
         self.on_lost = Some(Arc::new(f));
+        self
+    }
+
+    /// `run` calls this with each term it is elected in, before the work (also for a term
+    /// that ended already, whose work is not called).
+    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
+        self.on_elected = Some(Arc::new(f));
+        self
+    }
+
+    /// `run` calls this with each change of leader an observer of its own sees (`Some`: a new
+    /// leader or value; `None`: nobody leads after a leader), from a thread of the run's own,
+    /// never after `run` returned.
+    pub fn on_new_leader(
+        mut self,
+        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
+    ) -> Election {
+        self.on_new_leader = Some(Arc::new(f));
         self
     }
 
@@ -126,7 +146,8 @@ impl Election {
             election::check_data(d)?;
         }
         loop {
-            let until = deadline.unwrap_or_else(|| Instant::now() + FOREVER);
+            // Without limit: `BLOCK 0`.
+            let attempt = deadline.map_or_else(Attempt::forever, |d| Attempt::new(Some(d)));
             let (client, name, ttl, data) = (
                 self.locker.client().clone(),
                 self.name.clone(),
@@ -144,7 +165,7 @@ impl Election {
                     data: data.as_deref(),
                 };
                 tokio::select! {
-                    g = owned::acquire(&client, spec, Attempt::new(Some(until))) => g.map(Some),
+                    g = owned::acquire(&client, spec, attempt) => g.map(Some),
                     _ = stopped.wait(), if stoppable => Ok(None),
                 }
             })?;
@@ -272,7 +293,35 @@ impl Election {
     /// when leadership is lost or the run is stopped: `work` should then return. A campaign
     /// the server does not answer (restarting, unreachable) is tried again after 50 ms,
     /// doubling up to 1 s; errors that waiting cannot mend end the run.
-    pub fn run(&mut self, mut work: impl FnMut(&Term)) -> Result<()> {
+    pub fn run(&mut self, work: impl FnMut(&Term)) -> Result<()> {
+        let follow = self.on_new_leader.clone().map(Follow::new);
+        if let Some(follow) = &follow {
+            let mut observer = Observer::following(
+                self.locker.client().clone(),
+                self.name.clone(),
+                follow.wake.clone(),
+            );
+            let follow = follow.clone();
+            std::thread::Builder::new()
+                .name("redislock-follow".into())
+                .spawn(move || {
+                    for change in observer.by_ref() {
+                        let Ok(change) = change else { return };
+                        if !follow.deliver(change.as_ref()) {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| Error::Redis(e.into()))?;
+        }
+        let ran = self.terms(work);
+        if let Some(follow) = &follow {
+            follow.end();
+        }
+        ran
+    }
+
+    fn terms(&mut self, mut work: impl FnMut(&Term)) -> Result<()> {
         let mut failures = 0;
         loop {
             if self.run.stopped.is_set() {
@@ -291,6 +340,9 @@ impl Election {
                         term,
                         ended: ended.clone(),
                     };
+                    if let Some(f) = &self.on_elected {
+                        f(term);
+                    }
                     if !ended.is_set() {
                         work(&handle);
                     }

@@ -18,6 +18,7 @@ use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
+use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost};
 use crate::lost::Lost;
@@ -101,6 +102,23 @@ impl Locker {
             .send(&args::info(name), self.inner.timeout)
             .map_err(|e| translate(e, &String::from_utf8_lossy(name), "info"))?;
         reply::info(&v)
+    }
+
+    /// Whether anyone holds the lock `names` (one name), or any of `names` (several): asks
+    /// the server (`LOCK.INFO` of each in turn). A key holding another type (a plain string)
+    /// counts as held.
+    pub fn locked(&self, names: impl Names) -> Result<bool> {
+        for name in names.into_names() {
+            let reply = self
+                .inner
+                .conns
+                .send(&args::info(&name), self.inner.timeout)
+                .map_err(Error::Redis);
+            if locked::held(reply, &name)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 }
 

@@ -4,10 +4,12 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
+use crate::cancel::Cancel;
 use crate::core::acquire::WAIT_GRACE;
 use crate::core::args;
 use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
 use crate::core::error::{reply_text, translate, Result};
+use crate::follow::FOLLOW_BLOCK;
 use crate::COMMAND_TIMEOUT;
 
 /// Each change of leader: `Ok(Some(leader))` for a new leader (terms strictly increasing) or
@@ -24,6 +26,8 @@ pub struct Observer {
     conn: Option<Connection>,
     block: Duration,
     done: bool,
+    /// A run's follower ends when this is fired (within one `block`).
+    stop: Option<Cancel>,
 }
 
 impl Observer {
@@ -35,7 +39,24 @@ impl Observer {
             conn: None,
             block: OBSERVE_BLOCK,
             done: false,
+            stop: None,
         }
+    }
+
+    /// The observer of a run's follower: it ends (`None`) once `stop` is fired.
+    pub(crate) fn following(client: redis::Client, name: Vec<u8>, stop: Cancel) -> Observer {
+        Observer {
+            block: FOLLOW_BLOCK,
+            stop: Some(stop),
+            ..Observer::new(client, name)
+        }
+    }
+
+    fn stopped(&mut self) -> bool {
+        if self.stop.as_ref().is_some_and(Cancel::is_set) {
+            self.done = true;
+        }
+        self.done
     }
 
     fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
@@ -62,6 +83,9 @@ impl Iterator for Observer {
             return None;
         }
         loop {
+            if self.stopped() {
+                return None;
+            }
             let (line, block) = self.obs.request(&self.name, self.block);
             let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
             let failure = match self.send(&line, bound) {
@@ -81,7 +105,11 @@ impl Iterator for Observer {
                 let name = String::from_utf8_lossy(&self.name).into_owned();
                 return Some(Err(translate(failure, &name, "observe")));
             }
-            std::thread::sleep(self.obs.failed());
+            let pause = self.obs.failed();
+            match &self.stop {
+                Some(stop) => drop(stop.wait_timeout(pause)),
+                None => std::thread::sleep(pause),
+            }
         }
     }
 }

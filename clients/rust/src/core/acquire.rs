@@ -16,10 +16,13 @@ pub const CUT_SHORT: Duration = Duration::from_millis(20);
 /// The pause between tries while the key holds a plain string.
 pub const POLL_PAUSE: Duration = Duration::from_millis(100);
 
-/// One acquire in progress: a try (`deadline` None) or a wait in the server until `deadline`.
+/// One acquire in progress: a try (`deadline` None), a wait in the server until `deadline`, or
+/// a wait without limit (`forever`: `BLOCK 0`).
 #[derive(Clone, Debug)]
 pub struct Attempt {
     pub deadline: Option<Instant>,
+    /// A wait without limit (`BLOCK 0`); `deadline` is then None.
+    pub forever: bool,
     /// The wait was sent again once after its connection dropped.
     pub requeued: bool,
 }
@@ -41,12 +44,30 @@ impl Attempt {
     pub fn new(deadline: Option<Instant>) -> Attempt {
         Attempt {
             deadline,
+            forever: false,
             requeued: false,
         }
     }
 
+    /// A wait without limit: every send is `BLOCK 0`.
+    pub fn forever() -> Attempt {
+        Attempt {
+            deadline: None,
+            forever: true,
+            requeued: false,
+        }
+    }
+
+    /// A wait (bounded or not), not a try.
+    fn waits(&self) -> bool {
+        self.forever || self.deadline.is_some()
+    }
+
     /// The `BLOCK` of the next send at `now`; `None` when the wait is over.
     pub fn wait(&self, now: Instant) -> Option<Wait> {
+        if self.forever {
+            return Some(Wait::Forever);
+        }
         match self.deadline {
             None => Some(Wait::No),
             Some(d) => Wait::left(d.saturating_duration_since(now)),
@@ -64,8 +85,10 @@ impl Attempt {
 
     /// An empty reply at `now`: true to wait on (a wait cut short by a read bound).
     pub fn wait_on(&self, now: Instant) -> bool {
-        self.deadline
-            .is_some_and(|d| d.saturating_duration_since(now) > CUT_SHORT)
+        self.forever
+            || self
+                .deadline
+                .is_some_and(|d| d.saturating_duration_since(now) > CUT_SHORT)
     }
 
     /// What an error of a send means. A plain string under the name is not granted (a wait
@@ -74,12 +97,15 @@ impl Attempt {
     pub fn failed(&mut self, err: redis::RedisError, name: &str, now: Instant) -> Next {
         let text = reply_text(&err);
         if text.as_deref().is_some_and(is_wrong_type) {
+            if self.forever {
+                return Next::Pause(POLL_PAUSE);
+            }
             return match self.deadline {
                 Some(d) if d > now + POLL_PAUSE => Next::Pause(POLL_PAUSE),
                 _ => Next::NotGranted,
             };
         }
-        if text.is_none() && self.deadline.is_some() && !self.requeued && !err.is_timeout() {
+        if text.is_none() && self.waits() && !self.requeued && !err.is_timeout() {
             self.requeued = true;
             return Next::Again;
         }
@@ -90,7 +116,7 @@ impl Attempt {
     /// `received`: a grant after a long wait is renewed at once (`true`), and its clock then
     /// starts at that renewal's sending, if answered 1.
     pub fn renew_at_once(&self, sent: Instant, received: Instant, ttl_ms: u64) -> bool {
-        self.deadline.is_some() && super::lease::renew_at_once(sent, received, ttl_ms)
+        self.waits() && super::lease::renew_at_once(sent, received, ttl_ms)
     }
 }
 
@@ -126,6 +152,21 @@ mod tests {
         );
         assert!(wait.renew_at_once(now, now + Duration::from_millis(200), 1000));
         assert!(!try_.renew_at_once(now, now + Duration::from_millis(200), 1000));
+        let forever = Attempt::forever();
+        assert_eq!(forever.wait(now), Some(Wait::Forever));
+        assert_eq!(
+            forever.wait(now + Duration::from_secs(400 * 24 * 3600)),
+            Some(Wait::Forever)
+        );
+        assert_eq!(
+            Attempt::bound(Wait::Forever, Duration::from_secs(5)),
+            Duration::MAX
+        );
+        assert!(forever.wait_on(now));
+        assert!(forever.renew_at_once(now, now + Duration::from_millis(200), 1000));
+        let mut forever = Attempt::forever();
+        assert!(matches!(forever.failed(dropped(), "k", now), Next::Again));
+        assert!(matches!(forever.failed(dropped(), "k", now), Next::Fail(_)));
     }
 
     #[test]

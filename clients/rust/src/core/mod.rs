@@ -8,5 +8,6 @@ pub mod durable;
 pub mod election;
 pub mod error;
 pub mod lease;
+pub mod locked;
 pub mod multi;
 pub mod reply;

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use redis::Value;
+
 pub struct Server {
     child: Child,
     pub port: u16,
@@ -193,4 +195,48 @@ pub fn until(within: Duration, what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The waiter's grant moment, no earlier than: the lease it has left read with LOCK.INFO right
+/// after the grant (a request sent at `asked`).
+pub fn granted_no_earlier(c: &mut redis::Connection, name: &str, ttl_ms: i64) -> Instant {
+    let asked = Instant::now();
+    let info: Value = redis::cmd("LOCK.INFO").arg(name).query(c).unwrap();
+    let left = match info {
+        Value::Array(f) => f
+            .chunks(2)
+            .find(|kv| kv[0] == Value::BulkString(b"ttl".to_vec()))
+            .map(|kv| redis::from_redis_value::<i64>(kv[1].clone()).unwrap())
+            .unwrap(),
+        other => panic!("{other:?}"),
+    };
+    // The ttl is read in whole ms, rounded either way: 1 ms more.
+    asked - Duration::from_millis((ttl_ms - left) as u64 + 1)
+}
+
+/// Another client, with plain commands, waiting in the server (up to 30 s) for `name` with a
+/// lease of 60 s: joined, the moment it was granted, no earlier than (see `granted_no_earlier`).
+pub fn wait_in_server(url: String, name: &'static str) -> std::thread::JoinHandle<Instant> {
+    const TTL: i64 = 60_000;
+    std::thread::spawn(move || {
+        let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+        let grant: Value = redis::cmd("LOCK.ACQUIRE")
+            .arg(name)
+            .arg("other")
+            .arg("PX")
+            .arg(TTL)
+            .arg("BLOCK")
+            .arg(30_000)
+            .query(&mut c)
+            .unwrap();
+        assert!(matches!(grant, Value::Array(_)), "{grant:?}");
+        granted_no_earlier(&mut c, name, TTL)
+    })
+}
+
+/// Signals a server's process (`SIGSTOP`, `SIGCONT`).
+pub fn signal(server: &Server, sig: i32) {
+    // SAFETY: signalling our own child process by its id.
+    let rc = unsafe { libc::kill(server.pid(), sig) };
+    assert_eq!(rc, 0);
 }

@@ -1,4 +1,5 @@
-//! A TCP proxy to a server that can hold all traffic back (a partition) and let it go again.
+//! A TCP proxy to a server that can hold all traffic back (a partition) and let it go again,
+//! cut the connections through it, and refuse new ones.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -16,6 +17,10 @@ pub struct Proxy {
     /// Client to server, and server to client.
     gates: [Arc<Gate>; 2],
     stop: Arc<AtomicBool>,
+    /// New connections are closed at once.
+    refusing: Arc<AtomicBool>,
+    /// Both ends of every connection made through the proxy.
+    conns: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
@@ -30,16 +35,26 @@ impl Proxy {
         };
         let gates = [gate(), gate()];
         let stop = Arc::new(AtomicBool::new(false));
-        let (g, s) = (gates.clone(), stop.clone());
+        let refusing = Arc::new(AtomicBool::new(false));
+        let conns = Arc::new(Mutex::new(Vec::new()));
+        let (g, s, r, c) = (gates.clone(), stop.clone(), refusing.clone(), conns.clone());
         thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
                     return;
                 }
                 let Ok(client) = client else { return };
+                if r.load(Ordering::SeqCst) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(("127.0.0.1", port)) else {
                     continue;
                 };
+                let mut open = c.lock().unwrap();
+                open.push(client.try_clone().unwrap());
+                open.push(server.try_clone().unwrap());
+                drop(open);
                 pipe(
                     client.try_clone().unwrap(),
                     server.try_clone().unwrap(),
@@ -52,7 +67,21 @@ impl Proxy {
             port: my_port,
             gates,
             stop,
+            refusing,
+            conns,
         }
+    }
+
+    /// Closes every connection made through the proxy so far (both ends).
+    pub fn cut(&self) {
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// From now on (`true`), new connections are closed as soon as they are accepted.
+    pub fn refuse(&self, on: bool) {
+        self.refusing.store(on, Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {

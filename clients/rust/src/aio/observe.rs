@@ -1,0 +1,84 @@
+//! `Observer` of the tokio front end (see the blocking [`crate::Observer`]).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+use crate::core::acquire::WAIT_GRACE;
+use crate::core::args;
+use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
+use crate::core::error::{reply_text, translate, Result};
+use crate::COMMAND_TIMEOUT;
+
+/// The changes of leader, awaited one by one with `next()` (see the blocking
+/// [`crate::Observer`]).
+pub struct Observer {
+    client: redis::Client,
+    name: Vec<u8>,
+    obs: Observation,
+    conn: Option<MultiplexedConnection>,
+    done: bool,
+}
+
+impl Observer {
+    pub(crate) fn new(client: redis::Client, name: Vec<u8>) -> Observer {
+        Observer {
+            client,
+            name,
+            obs: Observation::new(),
+            conn: None,
+            done: false,
+        }
+    }
+
+    async fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        let client = &self.client;
+        let slot = &mut self.conn;
+        let run = async {
+            let conn = match slot.as_mut() {
+                Some(c) => c,
+                None => slot.insert(crate::renewer::connect(client).await?),
+            };
+            args::cmd(line).query_async::<Value>(conn).await
+        };
+        let answer = match tokio::time::timeout(bound, run).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
+        };
+        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
+            self.conn = None;
+        }
+        answer
+    }
+
+    /// The next change: `Some(Ok(Some(leader)))`, `Some(Ok(None))` when nobody leads after a
+    /// leader; `None` after an error that waiting cannot mend was given out.
+    pub async fn next(&mut self) -> Option<Result<Option<Leader>>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            let (line, block) = self.obs.request(&self.name, OBSERVE_BLOCK);
+            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
+            let failure = match self.send(&line, bound).await {
+                Ok(v) => match self.obs.answer(&v) {
+                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
+                    Ok(Change::Vacant) => return Some(Ok(None)),
+                    Ok(Change::Unchanged) => continue,
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+                Err(e) => e,
+            };
+            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
+                self.done = true;
+                let name = String::from_utf8_lossy(&self.name).into_owned();
+                return Some(Err(translate(failure, &name, "observe")));
+            }
+            tokio::time::sleep(self.obs.failed()).await;
+        }
+    }
+}
