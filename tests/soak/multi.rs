@@ -82,7 +82,7 @@ pub fn pick(d: &mut Draws, model: &Model, step: u64) -> Cmd {
     }
     let ttl = pick::ttl(d);
     let ephemeral = d.chance(20);
-    let (blocking, short, long) = (d.chance(45), d.between(20, 200), d.between(200, 2500));
+    let (blocking, short, long) = (d.chance(60), d.between(20, 200), d.between(200, 2500));
     let block = blocking.then_some(if d.chance(50) { short } else { long });
     Cmd::AcquireAll(AcquireAll {
         keys,

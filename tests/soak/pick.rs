@@ -199,9 +199,9 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
     }
     .to_string();
     let lock = model.peek(&key);
-    match d.below(116) {
-        100..=107 => super::multi::pick(d, model, step),
-        108..=115 => super::observe::pick(d, model, &key),
+    match d.below(122) {
+        100..=113 => super::multi::pick(d, model, step),
+        114..=121 => super::observe::pick(d, model, &key),
         0..=37 => {
             let generated = d.chance(12);
             let mut token = token(d, &lock, 35);
