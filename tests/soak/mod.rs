@@ -30,6 +30,7 @@ mod gen;
 
 mod check;
 mod cluster;
+mod cluster_failover;
 mod cmds;
 mod draws;
 mod model;
