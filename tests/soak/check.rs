@@ -16,6 +16,7 @@ struct Shown {
     fence: i64,
     ttl: i64,
     client: i64,
+    data: Option<Vec<u8>>,
 }
 
 fn get(pairs: &[(Vec<u8>, Value)], name: &str) -> Option<Value> {
@@ -39,6 +40,9 @@ fn shown(v: &Value) -> R<Shown> {
         fence: int(&p, "fence")?,
         ttl: int(&p, "ttl")?,
         client: int(&p, "client")?,
+        data: get(&p, "data")
+            .filter(|d| *d != Value::Nil)
+            .map(|d| as_bytes(&d)),
     })
 }
 
@@ -143,10 +147,10 @@ impl Soak {
                 ));
             };
             let w = what(h);
-            if (s.fence, s.client) != (h.fence, h.client) {
+            if (s.fence, s.client, &s.data) != (h.fence, h.client, &h.data) {
                 return Err(format!(
-                    "{w}: fence {} client {}, model fence {} client {}",
-                    s.fence, s.client, h.fence, h.client
+                    "{w}: fence {} client {} data {:?}, model fence {} client {} data {:?}",
+                    s.fence, s.client, s.data, h.fence, h.client, h.data
                 ));
             }
             // Its lease end, seen from the TTL: [t0 + ttl, t1 + ttl].

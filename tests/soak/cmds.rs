@@ -2,8 +2,6 @@
 //! pure function of the key's state in the model; when a stall let a lease end or a deadline
 //! pass while the command was on its way, the key is judged again with those ended first.
 
-use std::time::Duration;
-
 use crate::common::*;
 
 use super::model::{is_generated, refusal_text, Decision, Hold, Lock, Ms, Span, Waiter};
@@ -19,6 +17,7 @@ enum Effect {
         token: Vec<u8>,
         lease: Span,
         client: i64,
+        data: Option<Vec<u8>>,
     },
     Queue(Waiter),
     Release(Vec<u8>),
@@ -52,12 +51,31 @@ fn inner_reply(soak: &Soak, key: &str, inner: Inner) -> Reply {
 
 impl Soak {
     pub fn command(&mut self, d: &mut Draws) -> R {
+        self.poll_observers()?;
         let mut cmd = pick::command(d, &self.model, self.step);
         let free = self.free_slots();
         let slot = free[d.below(free.len())];
-        if let Cmd::Acquire { key, block, .. } = &mut cmd {
-            self.settle(key)?;
-            *block = self.allowed_block(*block, free.len());
+        let in_cluster = self.in_cluster;
+        match &mut cmd {
+            Cmd::Acquire { key, block, .. } => {
+                self.settle(key)?;
+                *block = self.allowed_block(*block, free.len());
+            }
+            // Multi-key waiters and observers wait outside Cluster only.
+            Cmd::AcquireAll(a) => {
+                for k in &a.keys {
+                    self.settle(k)?;
+                }
+                a.block = self
+                    .allowed_block(a.block, free.len())
+                    .filter(|_| !in_cluster);
+            }
+            Cmd::Observe(o) => {
+                o.block = self
+                    .allowed_block(o.block, free.len())
+                    .filter(|_| !in_cluster);
+            }
+            _ => {}
         }
         let argv = pick::argv(d, &cmd);
         self.model.tally.commands += 1;
@@ -69,6 +87,7 @@ impl Soak {
                 ttl,
                 ephemeral,
                 block,
+                data,
             } => {
                 let conn_id = self.slots[slot].id;
                 let lock = self.model.peek(&key);
@@ -100,6 +119,8 @@ impl Soak {
                             ttl: ttl.ms(),
                             ephemeral,
                             deadline: span.plus(block.unwrap_or(0)),
+                            data: data.clone(),
+                            keys: Vec::new(),
                         })),
                         (Decision::Busy, Some(Reply::Nil)) if block.is_none() => {
                             Ok(Effect::Refused)
@@ -122,6 +143,7 @@ impl Soak {
                                 want,
                                 lease,
                                 client,
+                                data: data.clone(),
                             }))
                         }
                         (Decision::Regrant, Some(Reply::Grant(t, fence)))
@@ -132,6 +154,7 @@ impl Soak {
                                 token: t.clone(),
                                 lease,
                                 client,
+                                data: data.clone(),
                             })
                         }
                         (Decision::Mismatch(_) | Decision::OtherMode, Some(Reply::Err(e)))
@@ -236,6 +259,9 @@ impl Soak {
                     Span::new(span.lo, span.hi + super::serve::late()),
                 )
             }
+            Cmd::AcquireAll(a) => self.acquire_all(slot, a, argv),
+            Cmd::ReleaseAll { keys, token } => self.release_all(slot, keys, token, &argv),
+            Cmd::Observe(o) => self.observe(slot, o, argv),
             Cmd::Close { slot, kill } => self.close_command(slot, kill),
             Cmd::Idle => self.idle(),
             Cmd::Odd { seed } => self.odd(seed),
@@ -263,9 +289,11 @@ impl Soak {
             Ok(e) => return Ok(e),
             Err(e) => e,
         };
-        let lock = self.model.peek(key);
-        let stalled = lock.holds.iter().any(|h| h.lease.lo < span.hi)
-            || lock.queue.iter().any(|w| w.deadline.lo <= span.hi);
+        let linked = Soak::linked(key);
+        let stalled = linked.iter().map(|k| self.model.peek(k)).any(|lock| {
+            lock.holds.iter().any(|h| h.lease.lo < span.hi)
+                || lock.queue.iter().any(|w| w.deadline.lo <= span.hi)
+        });
         if !stalled {
             return Err(first);
         }
@@ -273,11 +301,19 @@ impl Soak {
             "  (a stall: {key} judged again with what ended by {})",
             span.hi
         ));
-        self.end_by(key, span.hi)?;
+        for k in &linked {
+            self.end_by(k, span.hi)?;
+        }
         judge(&self.model.peek(key)).map_err(|e| format!("{first}; with what ended first: {e}"))
     }
 
     fn apply(&mut self, key: &str, effect: Effect, span: Span) -> R {
+        let r = self.apply_effect(key, effect, span);
+        self.touch(key);
+        r
+    }
+
+    fn apply_effect(&mut self, key: &str, effect: Effect, span: Span) -> R {
         let lock = self.model.lock(key);
         match effect {
             Effect::Nothing | Effect::Guarded => {}
@@ -294,9 +330,13 @@ impl Soak {
                 token,
                 lease,
                 client,
+                data,
             } => {
                 let h = lock.hold_mut(&token).expect("held");
                 (h.lease, h.client) = (lease, client);
+                if data.is_some() {
+                    h.data = data;
+                }
                 self.model.tally.regrants += 1;
             }
             Effect::Queue(w) => {
@@ -326,68 +366,6 @@ impl Soak {
             }
             Inner::Get => {}
         }
-    }
-
-    fn close_command(&mut self, slot: usize, kill: bool) -> R {
-        if let Some(key) = self.slots[slot].waiting.clone() {
-            if self.answered_early(slot, &key)? {
-                return Ok(());
-            }
-        }
-        let how = if kill { "CLIENT KILL ID" } else { "close" };
-        self.note(format!(
-            "slot {slot}: {how} (client {})",
-            self.slots[slot].id
-        ));
-        self.close_slot(slot, kill)
-    }
-
-    /// An odd call: whatever it answers (mostly an error), the server stays up, which every
-    /// check looks at. A call that blocks is left by closing its connection.
-    fn odd(&mut self, seed: u64) -> R {
-        let mut r = super::gen::Rng::new(seed);
-        let cmd = *r.pick(&super::gen::Command::ALL);
-        let argv = super::gen::fuzz_argv(&mut r, cmd);
-        let conn = self
-            .odd
-            .get_or_insert_with(|| RawConn::connect(&self.master));
-        let _ = conn
-            .stream()
-            .set_read_timeout(Some(Duration::from_millis(300)));
-        conn.send(&argv);
-        let reply = conn.read();
-        let shown = super::slots::show_argv(&argv);
-        match reply {
-            Ok(r) => self.note(format!("odd> {shown} -> {}", Reply::of(r))),
-            Err(e) => {
-                self.note(format!("odd> {shown} -> ({e}: closed)"));
-                if let Some(c) = self.odd.take() {
-                    c.close();
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Lets time pass up to the next lease end or deadline (at most 150 ms), so that leases
-    /// end by themselves and waiters are handed what they free.
-    fn idle(&mut self) -> R {
-        let now = now_ms();
-        let next = self
-            .model
-            .locks
-            .values()
-            .flat_map(|l| {
-                let holds = l.holds.iter().map(|h| h.lease.hi);
-                holds.chain(l.queue.iter().map(|w| w.deadline.hi))
-            })
-            .filter(|&t| t >= now)
-            .min()
-            .unwrap_or(now + 50)
-            .min(now + 150);
-        self.note(format!("idle {} ms", next + 1 - now));
-        sleep_until_wall_ms(next);
-        self.settle_all()
     }
 }
 

@@ -1,6 +1,8 @@
 //! Seeded random operations soak (SPEC "Wave 2", "Wave 4 > Operations"): random sequences of
 //! every command and option — exclusive, `SHARED` and `LIMIT n` holds, `EPHEMERAL` holds,
-//! generated tokens, re-grants, releases, extends, `LOCK.CALL` and `LOCK.FENCE` writes, `BLOCK`
+//! generated tokens, `DATA`, re-grants, releases, extends, `LOCK.ACQUIREALL` and
+//! `LOCK.RELEASEALL` over overlapping key sets (`multi.rs`), `LOCK.OBSERVE` with `AFTER`, `SEEN`
+//! and `BLOCK` (`observe.rs`), `LOCK.CALL` and `LOCK.FENCE` writes, `BLOCK`
 //! waits served by handoff, leases that end by themselves, `DEL` of locks and gates, closed and
 //! killed connections — interleaved with operations: restarts from the AOF and from RDB
 //! snapshots, `DEBUG RELOAD`, `DEBUG LOADAOF`, `BGREWRITEAOF`, the replica's full and partial
@@ -28,11 +30,17 @@ mod gen;
 
 mod check;
 mod cluster;
+mod cluster_failover;
 mod cmds;
+mod draws;
 mod model;
+mod multi;
+mod observe;
 mod ops;
+mod other;
 mod pick;
 mod serve;
+mod serve_all;
 mod slots;
 
 mod found;
@@ -195,7 +203,7 @@ impl Soak {
              grants={} regrants={} refused={} waits={} handoffs={} wait_timeouts={} \
              lease_ends={} ephemeral_releases={} guarded_writes={} stale_fences={} moves={} \
              moved_locks={} moved_waiters={} checks={} operation_ms={} waited_ms={} kinds={} \
-             ops={}",
+             ops={} multi_observe={}",
             self.seed,
             self.step,
             started.elapsed().as_secs(),
@@ -219,7 +227,8 @@ impl Soak {
             t.operation_ms,
             t.waited_ms,
             model::Tally::list(&t.kinds),
-            model::Tally::list(&t.ops)
+            model::Tally::list(&t.ops),
+            model::Tally::list(&t.more)
         ))
     }
 

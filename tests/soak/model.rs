@@ -56,6 +56,8 @@ pub struct Hold {
     pub lease: Span,
     /// `CLIENT ID` of the connection an `EPHEMERAL` hold is bound to; 0 when unbound.
     pub client: i64,
+    /// Its public `DATA`, if any.
+    pub data: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug)]
@@ -70,6 +72,10 @@ pub struct Waiter {
     pub ephemeral: bool,
     /// When its `BLOCK` timeout passes.
     pub deadline: Span,
+    pub data: Option<Vec<u8>>,
+    /// A `LOCK.ACQUIREALL`'s keys in the order named (it waits in each one's queue); empty for
+    /// a `LOCK.ACQUIRE`.
+    pub keys: Vec<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -158,6 +164,15 @@ impl Lock {
         }
     }
 
+    /// What `LOCK.OBSERVE` answers: the fence and data of the holder with the highest fence,
+    /// or `(0, None)` when free.
+    pub fn top(&self) -> (i64, Option<Vec<u8>>) {
+        self.holds
+            .iter()
+            .max_by_key(|h| h.fence)
+            .map_or((0, None), |h| (h.fence, h.data.clone()))
+    }
+
     /// The latest lease, which is the key's TTL.
     pub fn latest(&self) -> Option<Span> {
         let lo = self.holds.iter().map(|h| h.lease.lo).max()?;
@@ -208,6 +223,8 @@ pub struct Tally {
     /// Grants and handoffs by kind, and operations by type: what a run covered.
     pub kinds: BTreeMap<&'static str, u64>,
     pub ops: BTreeMap<String, u64>,
+    /// The multi-key commands and the observations, by outcome.
+    pub more: BTreeMap<&'static str, u64>,
     /// Time spent in operations, and waiting out leases and deadlines near a command.
     pub operation_ms: i64,
     pub waited_ms: i64,
@@ -230,6 +247,10 @@ impl Tally {
         }
     }
 
+    pub fn count(&mut self, what: &'static str) {
+        *self.more.entry(what).or_default() += 1;
+    }
+
     /// `name=count,...` of a tally map.
     pub fn list<K: std::fmt::Display>(map: &BTreeMap<K, u64>) -> String {
         let items: Vec<String> = map.iter().map(|(k, n)| format!("{k}:{n}")).collect();
@@ -248,6 +269,8 @@ pub struct Model {
     pub highest: BTreeMap<String, i64>,
     pub history: BTreeMap<String, Vec<i64>>,
     pub tally: Tally,
+    /// The `LOCK.OBSERVE … BLOCK` calls not answered yet.
+    pub observers: Vec<super::observe::Observer>,
 }
 
 impl Model {

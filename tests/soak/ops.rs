@@ -137,6 +137,8 @@ impl Soak {
             pick(d)
         };
         self.note(format!("== {op:?}"));
+        // Observers do not wait through operations.
+        self.end_observers(None)?;
         self.model.tally.operations += 1;
         let name = format!("{op:?}");
         let name = name

@@ -9,72 +9,43 @@
 //! commands here are picked from the model instead (a holder's token, the key's kind, a
 //! fence it granted), so that most of them do something.
 
-use super::gen::Rng;
+pub use super::draws::{draws, Draws};
 use super::model::{Lock, Model, Ms, Want};
 
-/// The step's draws, from the fuzz crate's generator.
-pub fn draws(rng: &mut Rng) -> Draws {
-    let mut v = [0; DRAWS];
-    v.iter_mut().for_each(|x| *x = rng.next_u64());
-    Draws { v, i: 0 }
-}
+/// The lock names; gates and data keys share their hash tag. The last three share one
+/// (`{m}`), so that `LOCK.ACQUIREALL` can take them together, also in Cluster; they are never
+/// semaphores (`LOCK.ACQUIREALL` takes none).
+pub const KEYS: [&str; 7] = ["k0", "k1", "k2", "k3", "{m}a", "{m}b", "{m}c"];
+pub const MULTI_KEYS: [&str; 3] = ["{m}a", "{m}b", "{m}c"];
 
-const DRAWS: usize = 64;
-
-/// A step's fixed supply of random numbers.
-pub struct Draws {
-    v: [u64; DRAWS],
-    i: usize,
-}
-
-impl Draws {
-    pub fn next(&mut self) -> u64 {
-        let x = self.v[self.i % DRAWS];
-        self.i += 1;
-        x
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    pub fn between(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-
-    pub fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-
-    /// `word` in upper, lower or mixed case (options and command names are case-insensitive).
-    pub fn cased(&mut self, word: &str) -> Vec<u8> {
-        let bits = self.next();
-        word.bytes()
-            .enumerate()
-            .map(|(i, b)| match bits % 3 {
-                0 => b,
-                1 => b.to_ascii_lowercase(),
-                _ if bits >> (i % 60 + 2) & 1 == 1 => b.to_ascii_lowercase(),
-                _ => b,
-            })
-            .collect()
+fn tagged(key: &str, what: &str) -> String {
+    match key.starts_with('{') {
+        true => format!("{key}:{what}"),
+        false => format!("{{{key}}}:{what}"),
     }
 }
-
-/// The lock names; gates and data keys share their hash tag.
-pub const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
 
 pub fn gate_of(key: &str) -> String {
-    format!("{{{key}}}:gate")
+    tagged(key, "gate")
 }
 
 pub fn counter_of(key: &str) -> String {
-    format!("{{{key}}}:n")
+    tagged(key, "n")
 }
 
 pub fn value_of(key: &str) -> String {
-    format!("{{{key}}}:v")
+    tagged(key, "v")
+}
+
+/// Public data for holds (`DATA`): short ones and a binary one.
+pub fn data_pool() -> [&'static [u8]; 3] {
+    [b"d1", b"10.0.0.2:8080", b"b\x00\r\n\xff"]
+}
+
+/// `DATA` for a request, now and then.
+pub fn data(d: &mut Draws) -> Option<Vec<u8>> {
+    let (some, i) = (d.chance(30), d.below(3));
+    some.then(|| data_pool()[i].to_vec())
 }
 
 /// Tokens the clients share, so that calls meet: short ones, a binary one and one of the
@@ -118,7 +89,15 @@ pub enum Cmd {
         ttl: Ttl,
         ephemeral: bool,
         block: Option<Ms>,
+        data: Option<Vec<u8>>,
     },
+    /// `LOCK.ACQUIREALL` and `LOCK.RELEASEALL` (`multi.rs`), `LOCK.OBSERVE` (`observe.rs`).
+    AcquireAll(super::multi::AcquireAll),
+    ReleaseAll {
+        keys: Vec<String>,
+        token: Vec<u8>,
+    },
+    Observe(super::observe::Observe),
     Release {
         key: String,
         token: Vec<u8>,
@@ -160,7 +139,7 @@ pub enum Cmd {
     },
 }
 
-fn ttl(d: &mut Draws) -> Ttl {
+pub fn ttl(d: &mut Draws) -> Ttl {
     match d.below(100) {
         0..=34 => Ttl::Px(d.between(15, 250)),
         35..=69 => Ttl::Px(d.between(250, 3000)),
@@ -179,7 +158,7 @@ fn inner(d: &mut Draws) -> Inner {
 
 /// A token for `lock`: one of its holders' (`holder_percent` of the time, if it has any) or one
 /// of the shared pool.
-fn token(d: &mut Draws, lock: &Lock, holder_percent: usize) -> Vec<u8> {
+pub fn token(d: &mut Draws, lock: &Lock, holder_percent: usize) -> Vec<u8> {
     let (holder, i, j) = (d.chance(holder_percent), d.next(), d.next());
     let pool = tokens();
     if holder && !lock.holds.is_empty() {
@@ -210,14 +189,19 @@ fn want(d: &mut Draws, lock: &Lock) -> Want {
 pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
     // Some keys busier than others, so that requests meet and queue.
     let key = match d.below(100) {
-        0..=39 => KEYS[0],
-        40..=69 => KEYS[1],
-        70..=89 => KEYS[2],
-        _ => KEYS[3],
+        0..=29 => KEYS[0],
+        30..=51 => KEYS[1],
+        52..=66 => KEYS[2],
+        67..=74 => KEYS[3],
+        75..=84 => KEYS[4],
+        85..=92 => KEYS[5],
+        _ => KEYS[6],
     }
     .to_string();
     let lock = model.peek(&key);
-    match d.below(100) {
+    match d.below(122) {
+        100..=113 => super::multi::pick(d, model, step),
+        114..=121 => super::observe::pick(d, model, &key),
         0..=37 => {
             let generated = d.chance(12);
             let mut token = token(d, &lock, 35);
@@ -232,8 +216,12 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
                 // A token waits for a key at most once.
                 token = format!("q{step}").into_bytes();
             }
+            if MULTI_KEYS.contains(&key.as_str()) && matches!(want, Want::Place(_)) {
+                want = Want::Exclusive;
+            }
             let ttl = ttl(d);
             let ephemeral = d.chance(20);
+            let data = data(d);
             let (blocking, short, long) = (d.chance(45), d.between(20, 200), d.between(200, 2500));
             let mut block = blocking.then_some(if d.chance(50) { short } else { long });
             // Queues that mix modes, now and then: a writer waiting behind readers, and
@@ -253,6 +241,7 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
                 ttl,
                 ephemeral,
                 block,
+                data,
             }
         }
         38..=52 => Cmd::Release {
@@ -302,11 +291,22 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
 }
 
 /// The arguments of a command, with option groups in random order and words in random case.
-pub fn argv(d: &mut Draws, cmd: &Cmd) -> Vec<Vec<u8>> {
-    let ttl_args = |d: &mut Draws, t: Ttl| match t {
+pub fn ttl_args(d: &mut Draws, t: Ttl) -> Vec<Vec<u8>> {
+    match t {
         Ttl::Ex(s) => vec![d.cased("EX"), s.to_string().into_bytes()],
         Ttl::Px(ms) => vec![d.cased("PX"), ms.to_string().into_bytes()],
-    };
+    }
+}
+
+/// Option groups in random order.
+pub fn shuffled(d: &mut Draws, mut groups: Vec<Vec<Vec<u8>>>) -> Vec<Vec<u8>> {
+    for i in (1..groups.len()).rev() {
+        groups.swap(i, d.below(i + 1));
+    }
+    groups.into_iter().flatten().collect()
+}
+
+pub fn argv(d: &mut Draws, cmd: &Cmd) -> Vec<Vec<u8>> {
     let inner_args = |key: &str, i: Inner| -> Vec<Vec<u8>> {
         match i {
             Inner::Incr => vec![b"INCR".to_vec(), counter_of(key).into_bytes()],
@@ -327,6 +327,7 @@ pub fn argv(d: &mut Draws, cmd: &Cmd) -> Vec<Vec<u8>> {
             ttl,
             ephemeral,
             block,
+            data,
         } => {
             argv.push(d.cased("LOCK.ACQUIRE"));
             argv.push(key.clone().into_bytes());
@@ -343,11 +344,18 @@ pub fn argv(d: &mut Draws, cmd: &Cmd) -> Vec<Vec<u8>> {
             if let Some(ms) = block {
                 groups.push(vec![d.cased("BLOCK"), ms.to_string().into_bytes()]);
             }
-            for i in (1..groups.len()).rev() {
-                groups.swap(i, d.below(i + 1));
+            if let Some(v) = data {
+                groups.push(vec![d.cased("DATA"), v.clone()]);
             }
-            argv.extend(groups.into_iter().flatten());
+            argv.extend(shuffled(d, groups));
         }
+        Cmd::AcquireAll(a) => argv = super::multi::argv(d, a),
+        Cmd::ReleaseAll { keys, token } => {
+            argv = vec![d.cased("LOCK.RELEASEALL"), keys.len().to_string().into()];
+            argv.extend(keys.iter().map(|k| k.clone().into_bytes()));
+            argv.push(token.clone());
+        }
+        Cmd::Observe(o) => argv = super::observe::argv(d, o),
         Cmd::Release { key, token } => {
             argv = vec![d.cased("LOCK.RELEASE"), key.clone().into(), token.clone()];
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::common::*;
 
-use super::model::{Decision, Hold, Ms, Span};
+use super::model::{Decision, Hold, Lock, Ms, Span};
 use super::slots::Reply;
 use super::{Soak, R};
 
@@ -56,36 +56,43 @@ impl Soak {
     /// Waits until nothing about `key` is within `guard()` of changing by itself: holds whose
     /// lease ends that soon have ended (and their room was handed on), waiters whose deadline
     /// comes that soon were answered.
+    /// The tagged keys are settled together: a multi-key waiter ties them.
     pub fn settle(&mut self, key: &str) -> R {
+        let linked = Soak::linked(key);
         loop {
             self.advance()?;
             let now = now_ms();
-            let lock = self.model.peek(key);
-            let ending = lock.holds.iter().filter(|h| h.lease.lo <= now + guard());
+            let locks: Vec<(String, Lock)> = linked
+                .iter()
+                .map(|k| (k.clone(), self.model.peek(k)))
+                .collect();
+            let holds = locks.iter().flat_map(|(_, l)| l.holds.iter());
+            let ending = holds.filter(|h| h.lease.lo <= now + guard());
             if let Some(hi) = ending.map(|h| h.lease.hi).max() {
                 sleep_until_wall_ms(hi);
                 self.model.tally.waited_ms += now_ms() - now;
                 continue;
             }
-            let Some(w) = lock
-                .queue
-                .iter()
-                .find(|w| w.deadline.lo <= now + guard())
-                .cloned()
-            else {
+            let near = locks.iter().find_map(|(k, l)| {
+                let w = l.queue.iter().find(|w| w.deadline.lo <= now + guard());
+                w.map(|w| (k.clone(), w.clone()))
+            });
+            let Some((key, w)) = near else {
                 // Nothing else can have answered a waiter.
-                for w in &lock.queue {
-                    if self.reply_ready(w.slot) {
-                        let reply = self.read(w.slot)?;
-                        return Err(format!(
-                            "waiter {} (slot {}) on {key} answered {reply}, though the model \
+                for (key, lock) in &locks {
+                    for w in &lock.queue {
+                        if self.reply_ready(w.slot) {
+                            let reply = self.read(w.slot)?;
+                            return Err(format!(
+                                "waiter {} (slot {}) on {key} answered {reply}, though the model \
                              has it waiting (deadline {:?}, {} ms from now) and nothing freed room \
                              for it: {lock:?}",
-                            super::model::show(&w.token),
-                            w.slot,
-                            w.deadline,
-                            w.deadline.lo - now
-                        ));
+                                super::model::show(&w.token),
+                                w.slot,
+                                w.deadline,
+                                w.deadline.lo - now
+                            ));
+                        }
                     }
                 }
                 return Ok(());
@@ -103,8 +110,7 @@ impl Soak {
             }
             self.note(format!("  slot {} timed out on {key}", w.slot));
             self.model.tally.wait_timeouts += 1;
-            self.model.lock(key).queue.retain(|x| x.slot != w.slot);
-            self.left(key, w.deadline.lo, w.deadline.hi)?;
+            self.leave(w.slot, w.deadline.lo, w.deadline.hi)?;
         }
     }
 
@@ -129,8 +135,7 @@ impl Soak {
                 if reply != Reply::Nil {
                     return Err(format!("slot {} answered {reply} at its deadline", w.slot));
                 }
-                self.model.lock(key).queue.retain(|x| x.slot != w.slot);
-                self.left(key, w.deadline.lo, w.deadline.hi)?;
+                self.leave(w.slot, w.deadline.lo, w.deadline.hi)?;
             }
         }
         Ok(())
@@ -158,10 +163,17 @@ impl Soak {
         // when it left, maybe before `freed`: the ones after it may have been granted then.
         let mut since = freed.lo;
         loop {
+            self.touch(key);
             let lock = self.model.peek(key);
             let Some(w) = lock.queue.front().cloned() else {
                 return Ok(());
             };
+            if !w.keys.is_empty() {
+                match self.serve_multi(key, &w, freed, &mut since)? {
+                    true => continue,
+                    false => return Ok(()),
+                }
+            }
             let given = (!w.token.is_empty()).then_some(&w.token[..]);
             let d = lock.decide(w.want, given, false);
             if d == Decision::Busy {
@@ -215,6 +227,7 @@ impl Soak {
                         want: w.want,
                         lease: Span::new(since, t_read).plus(w.ttl),
                         client: if w.ephemeral { w.client } else { 0 },
+                        data: w.data.clone(),
                     });
                     self.model.tally.handoffs += 1;
                     self.model.tally.granted(w.want, w.ephemeral, token);
@@ -227,6 +240,9 @@ impl Soak {
                     }
                     h.lease = Span::new(since, t_read).plus(w.ttl);
                     h.client = if w.ephemeral { w.client } else { 0 };
+                    if w.data.is_some() {
+                        h.data = w.data.clone();
+                    }
                 }
                 (Reply::Err(text), Decision::Mismatch(_) | Decision::OtherMode)
                     if *text == super::model::refusal_text(d) => {}
@@ -275,10 +291,9 @@ impl Soak {
         );
         let t1 = now_ms();
         self.reconnect_slot(i);
-        if let Some(key) = waiting {
-            // A waiter whose connection closes leaves the queue.
-            self.model.lock(&key).queue.retain(|w| w.slot != i);
-            self.left(&key, t0, t1)?;
+        if waiting.is_some() {
+            // A waiter whose connection closes leaves its queues.
+            self.leave(i, t0, t1)?;
         }
         let bound: Vec<(String, Vec<u8>)> = self
             .model
@@ -306,7 +321,9 @@ impl Soak {
         if !self.reply_ready(slot) {
             return Ok(false);
         }
-        self.settle(key)?;
+        for k in Soak::linked(key) {
+            self.settle(&k)?;
+        }
         if self.slots[slot].waiting.is_some() {
             let reply = self.read(slot)?;
             return Err(format!(

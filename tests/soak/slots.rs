@@ -26,6 +26,10 @@ pub struct Slot {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Grant(Vec<u8>, i64),
+    /// `LOCK.ACQUIREALL`'s `[token, [fence, …]]`.
+    Grants(Vec<u8>, Vec<i64>),
+    /// `LOCK.OBSERVE`'s `[fence, data]`.
+    Observed(i64, Option<Vec<u8>>),
     Nil,
     Int(i64),
     Status(String),
@@ -39,6 +43,17 @@ impl Reply {
         match r {
             Resp::Array(items) => match items.as_slice() {
                 [Resp::Bulk(token), Resp::Int(fence)] => Reply::Grant(token.clone(), *fence),
+                [Resp::Int(fence), Resp::Bulk(data)] => Reply::Observed(*fence, Some(data.clone())),
+                [Resp::Int(fence), Resp::Nil] => Reply::Observed(*fence, None),
+                [Resp::Bulk(token), Resp::Array(fences)]
+                    if fences.iter().all(|f| matches!(f, Resp::Int(_))) =>
+                {
+                    let fences = fences.iter().map(|f| match f {
+                        Resp::Int(i) => *i,
+                        _ => 0,
+                    });
+                    Reply::Grants(token.clone(), fences.collect())
+                }
                 _ => Reply::Other(format!("{items:?}")),
             },
             Resp::Nil => Reply::Nil,
@@ -55,6 +70,9 @@ impl fmt::Display for Reply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reply::Grant(t, fence) => write!(f, "[{}, {fence}]", super::model::show(t)),
+            Reply::Grants(t, fences) => write!(f, "[{}, {fences:?}]", super::model::show(t)),
+            Reply::Observed(fence, None) => write!(f, "[{fence}, nil]"),
+            Reply::Observed(fence, Some(d)) => write!(f, "[{fence}, {}]", super::model::show(d)),
             Reply::Nil => f.write_str("nil"),
             Reply::Int(i) => write!(f, "{i}"),
             Reply::Status(s) => f.write_str(s),
@@ -215,7 +233,7 @@ impl Soak {
     /// Slots not waiting, in order.
     pub fn free_slots(&self) -> Vec<usize> {
         (0..self.slots.len())
-            .filter(|&i| self.slots[i].waiting.is_none())
+            .filter(|&i| self.slots[i].waiting.is_none() && !self.observing(i))
             .collect()
     }
 }
