@@ -80,8 +80,10 @@ for server in $servers; do
     else
         client=(--test servers)
     fi
-    echo "REDIS_SERVER=$server $cargo test -p redislock-client --no-fail-fast ${client[*]}"
-    REDIS_SERVER=$server "$cargo" test -p redislock-client --no-fail-fast "${client[@]}" \
+    # Its tests mostly wait for leases to end, each on servers of its own: twice as many at a time.
+    client_threads=$((${RUST_TEST_THREADS:-4} * 2))
+    echo "REDIS_SERVER=$server RUST_TEST_THREADS=$client_threads $cargo test -p redislock-client --no-fail-fast ${client[*]}"
+    REDIS_SERVER=$server RUST_TEST_THREADS=$client_threads "$cargo" test -p redislock-client --no-fail-fast "${client[@]}" \
         || failed+=("$(label "$server"): cargo test -p redislock-client")
 done
 wait "$queue"
