@@ -26,6 +26,7 @@ mod fuzz_commands;
 mod guarded;
 mod kinds;
 mod leaving;
+mod leaving_states;
 mod multi;
 mod observe;
 mod persistence;

@@ -143,6 +143,11 @@ pub fn acquire_all(call: &Call) -> Reply {
             }
         });
     }
+    // Every new grant needs a fence: too few left answers the error
+    // before any key is written.
+    if !locks::fences_left(ctx, &decisions) {
+        return Err(LockError::FenceExhausted);
+    }
     let grant = locks::Grant {
         token,
         want: acq.want,

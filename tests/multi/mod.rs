@@ -7,6 +7,9 @@
 
 mod basics;
 mod effects;
+mod exhausted;
+mod failovers;
+mod pauses;
 mod states;
 mod waiting;
 

@@ -27,7 +27,7 @@ mod serve_all;
 pub use keyspace::*;
 pub use observed::observe;
 pub use serve::*;
-pub use serve_all::wait_all;
+pub use serve_all::{fences_left, wait_all};
 
 use std::ffi::CStr;
 

@@ -16,9 +16,25 @@ use crate::core::lock;
 use crate::core::waiters::Refusal;
 use crate::server::ffi::{self, BlockedId, KeyKind, LockKey};
 use crate::server::held::held;
-use crate::server::{cluster, stats, waiting};
+use crate::server::{cluster, state, stats, waiting};
 
 use super::{carry_out, end_leases, release, Grant};
+
+/// Whether the fence clock has a fence for each new grant among
+/// `decisions` (a re-grant keeps its fence): a multi-key request that
+/// needs more than are left is granted none, rather than some of its keys.
+pub fn fences_left(ctx: &Context, decisions: &[Decision]) -> bool {
+    let new = decisions.iter().filter(|d| **d == Decision::Grant).count();
+    if new == 0 {
+        return true;
+    }
+    cluster::follow_config_epoch(ctx);
+    let now = ffi::now_ms();
+    state::with_clock(|c| {
+        let mut trial = *c;
+        (0..new).all(|_| trial.next_fence(now).is_some())
+    })
+}
 
 /// Makes the calling client wait for every one of `names` at once; false
 /// if it could not be blocked.
@@ -91,6 +107,11 @@ pub(super) fn serve_multi(ctx: &Context, handle: BlockedId) -> bool {
     let Some(expire_at) = lock::expiry_at(now, request.ttl_ms) else {
         return false;
     };
+    // Exhausted fences: nobody can be granted all its locks; the request
+    // waits on untouched, and leaves at its timeout.
+    if !fences_left(ctx, &decisions) {
+        return false;
+    }
     let grant = Grant::to_waiter(&request, expire_at, now);
     let mut fences = Vec::with_capacity(names.len());
     for (at, (name, decision)) in names.iter().zip(&decisions).enumerate() {
@@ -98,8 +119,8 @@ pub(super) fn serve_multi(ctx: &Context, handle: BlockedId) -> bool {
         match carry_out(ctx, name, key, *decision, &grant) {
             Ok(fence) => fences.push(fence),
             Err(_) => {
-                // Exhausted fences: nobody can be granted. The new holds
-                // made already are given back, so none is held in part.
+                // Nothing is granted in part: the new holds made already
+                // are given back.
                 for (name, _) in names[..at]
                     .iter()
                     .zip(&decisions)
