@@ -17,9 +17,11 @@
 //!   all together;
 //! - `keyspace.rs`: locks leaving or moving without a command of ours
 //!   (unlink, flush, SWAPDB) and a demotion;
-//! - `observed.rs`: what observers see, and when they look.
+//! - `observed.rs`: what observers see, and when they look;
+//! - `looks.rs`: the scheduler's reads, which look and settle observers.
 
 mod keyspace;
+mod looks;
 mod observed;
 mod serve;
 mod serve_all;
@@ -362,7 +364,7 @@ pub static RUNNER: Runner = Runner {
     urgent,
     look: |id| observed::changed_id(&id),
     reads_pending: observing::has_work,
-    reads: observed::reads,
+    reads: looks::reads,
     leaving_pending: waiting::leaving::pending,
     release_leaving: waiting::leaving::release_batch,
 };

@@ -7,32 +7,21 @@
 //! `COPY`, a replayed grant), a load, a role change. The scheduler's reads
 //! then look at each marked lock once — after the pass's writes, so a
 //! release that hands the lock on is seen as one change, the new holder —
-//! and settle its observers (`observing`). A lock whose holds end by
-//! themselves (an expiry, a lease end) is also looked at just after they
-//! end, on a master: a replica learns of the end from its master.
+//! and settle its observers (`observing`; the looks are `looks.rs`'s). A
+//! lock whose holds end by themselves (an expiry, a lease end) is also
+//! looked at just after they end, on a master: a replica learns of the end
+//! from its master.
 
 use redis_module::{Context, ContextFlags, RedisString};
 
-use std::cell::RefCell;
-use std::time::Instant;
-
 use crate::core::args::observe::Saw;
-use crate::core::budget::{Budget, Pace};
 use crate::core::errors::LockError;
 use crate::core::slot::SlotState;
+use crate::server::cluster;
 use crate::server::ffi::{self, KeyKind, LockId, LockKey};
 use crate::server::held::{held, Held};
 use crate::server::observing::{self, Seen};
 use crate::server::scheduler::{self, Job};
-use crate::server::{cluster, lockops, waiting, writable};
-
-use super::serve;
-
-thread_local! {
-    /// How many observers a pass unblocks: each costs the server a reply
-    /// callback and a socket write after the pass.
-    static PACE: RefCell<Pace> = const { RefCell::new(Pace::new()) };
-}
 
 /// The lock `name` (in the context's database) may have changed.
 pub fn changed(ctx: &Context, name: &[u8]) {
@@ -62,7 +51,7 @@ pub fn watch_end(ctx: &Context, name: &[u8], at: Option<i64>) {
     watch_end_of(ctx, ffi::lock_id(ctx, name), at);
 }
 
-fn watch_end_of(ctx: &Context, id: LockId, at: Option<i64>) {
+pub(super) fn watch_end_of(ctx: &Context, id: LockId, at: Option<i64>) {
     let Some(at) = at else {
         return;
     };
@@ -123,50 +112,4 @@ pub fn observe(
     }
     watch_end_of(ctx, id, ends);
     true
-}
-
-/// Looks at the lock `id` and settles its observers. A lock found ended
-/// by itself (its expiry, a lease end) that clients wait for is handed on
-/// first, where the server's state allows writing: observers see the new
-/// holder, one change, as they do after a release.
-fn look(ctx: &Context, id: &LockId) {
-    if !ffi::select_db(ctx, id.db()) {
-        return;
-    }
-    let name = ctx.create_string(id.name());
-    let mut key = LockKey::open(ctx, &name, false);
-    let ended = key.kind() == KeyKind::Empty || lockops::leases_due(&key);
-    if ended && waiting::count_of(id) > 0 && writable::may_write(ctx).is_ok() {
-        drop(key);
-        serve(ctx, &name);
-        key = LockKey::open(ctx, &name, false);
-    }
-    let (seen, ends) = seen(ctx, &key, id.name());
-    drop(key);
-    observing::settle(id, seen);
-    watch_end_of(ctx, id.clone(), ends);
-}
-
-/// The scheduler's reads, for one slice: woken observers unblocked (a
-/// bounded number), then each changed lock looked at. True if the slice
-/// ended with some left.
-pub fn reads(ctx: &Context, budget: &Budget) -> bool {
-    if observing::take_moved() {
-        // A lock moved to a name no event told: it may be any watched one.
-        changed_in(-1);
-    }
-    let batch = PACE.with(|p| p.borrow_mut().batch(Instant::now()));
-    let mut left = batch;
-    let more = loop {
-        left -= observing::unblock_some(left);
-        if left == 0 || budget.spent() {
-            break observing::has_work();
-        }
-        let Some(id) = observing::next_changed() else {
-            break observing::has_work();
-        };
-        look(ctx, &id);
-    };
-    PACE.with(|p| p.borrow_mut().sent(Instant::now(), batch - left, more));
-    more
 }
