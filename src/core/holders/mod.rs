@@ -14,15 +14,19 @@
 //! The holders are the record of their key ([`super::record`]): `Holders`
 //! starts with the record's header, so a key with holders is this one
 //! small block plus the holds. How holds are `stored` in RDB files and
-//! read back is beside it.
+//! read back is beside it; `leases` has the holds' lease ends, `form`
+//! the switch between the two forms, `iter` the walks over the holds.
 
 use std::cell::Cell;
 
 use super::mark::{MARK_AT, MULTI};
 
 mod compact;
+mod form;
 mod hold;
 mod indexed;
+mod iter;
+mod leases;
 mod stored;
 #[cfg(test)]
 mod tests;
@@ -32,6 +36,8 @@ use indexed::Indexed;
 
 pub use compact::Entry;
 pub use hold::{ended, Hold};
+use iter::Walk;
+pub use iter::{Entries, Iter};
 
 /// The kind of a key with holders.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,12 +54,12 @@ pub use super::limits::MAX_LIMIT;
 pub const COMPACT_MAX: usize = 16;
 /// …or once its compact form would take more bytes than this (long tokens,
 /// or data).
-const COMPACT_MAX_BYTES: usize = 4096;
+pub(super) const COMPACT_MAX_BYTES: usize = 4096;
 /// An indexed set takes the compact form again once it is down to this
 /// many holds…
 pub const COMPACT_AGAIN: usize = 8;
 /// …whose compact form takes at most this many bytes.
-const COMPACT_AGAIN_BYTES: usize = 2048;
+pub(super) const COMPACT_AGAIN_BYTES: usize = 2048;
 
 /// `watched_by` when no look is scheduled. No look is ever due then: a
 /// look is due just after a lease end, so never at `i64::MIN`.
@@ -272,73 +278,6 @@ impl Holders {
         Some(hold)
     }
 
-    /// The first lease to end.
-    pub fn earliest(&self) -> Option<i64> {
-        match &self.body {
-            Body::Compact(c) => c.first().map(|(_, h, _)| h.expire_at),
-            Body::Indexed(x) => x.earliest(),
-        }
-    }
-
-    /// The last lease to end: the key's own expiry.
-    pub fn latest(&self) -> Option<i64> {
-        match &self.body {
-            Body::Compact(c) => c.last_expire_at(),
-            Body::Indexed(x) => x.latest(),
-        }
-    }
-
-    /// Takes out the next hold whose lease has ended at `now_ms`, if any.
-    pub fn pop_ended(&mut self, now_ms: i64) -> Option<(Box<[u8]>, Hold)> {
-        let popped = match &mut self.body {
-            Body::Compact(c) => {
-                let (token, hold, _) = c.first()?;
-                if !ended(hold.expire_at, now_ms) {
-                    return None;
-                }
-                let token: Box<[u8]> = token.into();
-                *c = c.rebuilt(Some(0), None);
-                (token, hold)
-            }
-            Body::Indexed(x) => x.pop_ended(now_ms)?,
-        };
-        self.fit();
-        Some(popped)
-    }
-
-    /// When the next lease end must be looked at (just after it ends), if
-    /// that is not already scheduled: the caller schedules it and this
-    /// remembers it. `None` when a look is due no later than needed.
-    pub fn look_needed(&self) -> Option<i64> {
-        let earliest = self.earliest()?;
-        let all_end_together = match &self.body {
-            // Stops at the first lease that ends later: no full decode.
-            Body::Compact(c) => c.iter().all(|(_, h, _)| h.expire_at == earliest),
-            Body::Indexed(_) => Some(earliest) == self.latest(),
-        };
-        if all_end_together {
-            // Every lease ends with the last one: the key's own TTL (the
-            // latest lease) ends them all, as it ends an exclusive lock, and
-            // a look per key would cost more memory than the key. Waiters
-            // ask for their own look at that moment.
-            return None;
-        }
-        let at = earliest.saturating_add(1);
-        match self.watched_by.get() {
-            w if w != NOT_WATCHED && w <= at => None,
-            _ => {
-                self.watched_by.set(at);
-                Some(at)
-            }
-        }
-    }
-
-    /// A scheduled look ran (`next`: the one it set up, if any), or none is
-    /// scheduled any more (`None`: the key moved, or its job was dropped).
-    pub fn set_watched(&self, next: Option<i64>) {
-        self.watched_by.set(next.unwrap_or(NOT_WATCHED));
-    }
-
     /// The highest fence of any holder.
     pub fn highest_fence(&self) -> u64 {
         self.iter().map(|(_, h)| h.fence).max().unwrap_or(0)
@@ -363,93 +302,5 @@ impl Holders {
         let mut all: Vec<_> = self.entries().collect();
         all.sort_unstable_by_key(|(_, h, _)| h.fence);
         all
-    }
-
-    /// Bytes the holders take, themselves included, for `MEMORY USAGE`: the
-    /// compact form's block as the allocator rounds it; for the indexed
-    /// form an estimate (see `Indexed::heap_size`).
-    pub fn heap_size(&self) -> usize {
-        std::mem::size_of::<Holders>()
-            + match &self.body {
-                Body::Compact(c) => allocation(c.byte_len()),
-                Body::Indexed(x) => x.heap_size(),
-            }
-    }
-
-    /// Holders of `holds`, given in (lease end, fence) order, in the form
-    /// that fits their number.
-    fn from_sorted<'a>(kind: Kind, holds: impl Iterator<Item = Entry<'a>> + Clone) -> Holders {
-        let body = if holds.clone().count() <= COMPACT_MAX {
-            Some(Compact::from_sorted(holds.clone()))
-                .filter(|c| c.byte_len() <= COMPACT_MAX_BYTES)
-                .map(Body::Compact)
-        } else {
-            None
-        };
-        let body = body.unwrap_or_else(|| Body::Indexed(Box::new(Indexed::from_holds(holds))));
-        Holders::with_body(kind, body)
-    }
-
-    /// Switches form after a change, if the set crossed a threshold.
-    fn fit(&mut self) {
-        let switched = match &self.body {
-            Body::Compact(c) if c.len() > COMPACT_MAX || c.byte_len() > COMPACT_MAX_BYTES => {
-                Body::Indexed(Box::new(Indexed::from_holds(c.iter())))
-            }
-            Body::Indexed(x)
-                if x.len() <= COMPACT_AGAIN && x.stored_len_bound() <= COMPACT_AGAIN_BYTES =>
-            {
-                Body::Compact(Compact::from_sorted(x.iter()))
-            }
-            _ => return,
-        };
-        self.body = switched;
-    }
-}
-
-/// The block the allocator hands out for `n` bytes: jemalloc's size
-/// classes, which Redis uses (multiples of 16 up to 128, then four classes
-/// per doubling).
-fn allocation(n: usize) -> usize {
-    match n {
-        0..=8 => 8,
-        9..=128 => n.next_multiple_of(16),
-        _ => {
-            let below = 1usize << (usize::BITS - 1 - (n - 1).leading_zeros());
-            n.next_multiple_of(below / 4)
-        }
-    }
-}
-
-/// The holds of a key, in the order the leases end.
-#[derive(Clone)]
-pub struct Iter<'a>(Entries<'a>);
-
-/// The holds of a key with their public data, in the order the leases end.
-#[derive(Clone)]
-pub struct Entries<'a>(Walk<'a>);
-
-#[derive(Clone)]
-enum Walk<'a> {
-    Compact(compact::Iter<'a>),
-    Indexed(indexed::Iter<'a>),
-}
-
-impl<'a> Iterator for Iter<'a> {
-    type Item = (&'a [u8], Hold);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(|(t, h, _)| (t, h))
-    }
-}
-
-impl<'a> Iterator for Entries<'a> {
-    type Item = Entry<'a>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        match &mut self.0 {
-            Walk::Compact(c) => c.next(),
-            Walk::Indexed(x) => x.next(),
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! The set's behaviour through its public face, in both forms and across
 //! the switch between them.
 
+use super::form::allocation;
 use super::indexed::Indexed;
 use super::*;
 use crate::core::token::MAX_TOKEN_LEN;
