@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, List, Optional, Union, overload
+from typing import Any, AsyncIterator, Awaitable, Callable, List, Optional, Union, overload
 
 import redis.asyncio
 from redis.exceptions import ConnectionError, LockError, TimeoutError
 
+from ._alock import Lock
 from ._base import logger
 from ._common import Number
 from ._durable import DEFAULT_TIMEOUT as DEFAULT_REPLICAS_TIMEOUT
@@ -19,8 +20,6 @@ from ._election import DEFAULT_LEASE, DataT, ElectionBase, Leader, Observation, 
 from ._flow import adrive
 from ._run import FOLLOW_BLOCK, RETRY_FIRST, Run, next_pause
 
-if TYPE_CHECKING:
-    from .asyncio import Lock
 
 __all__ = ["Election", "Leader"]
 
@@ -49,8 +48,6 @@ class Election(ElectionBase["Lock"]):
         replicas: int = 0,
         replicas_timeout: Number = DEFAULT_REPLICAS_TIMEOUT,
     ) -> None:
-        from .asyncio import Lock  # here: redislock.asyncio imports this module
-
         value = data_arg(data)
         lock = Lock(
             redis,

@@ -12,6 +12,7 @@ import redis.asyncio
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.crc import key_slot
 
+from ._arenewer import renewer
 from ._aowned import AsyncOwned, acarrier, aowned_for
 from ._common import LockInfo, Number
 from ._flow import Flow, Request, Send, adrive
@@ -112,8 +113,6 @@ class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisC
                 await owned.aclose()
 
     def _bind(self, hold: MultiHold, previous: Optional[MultiHold]) -> None:
-        from .asyncio import renewer  # here: redislock.asyncio imports this module
-
         owned: Optional[AsyncOwned] = getattr(self, "_pending", None)
         if previous is not None and previous.conn is not None and previous.conn is not owned:
             previous.conn.close()
@@ -123,13 +122,9 @@ class MultiLock(MultiLockBase[Union["redis.asyncio.Redis", "redis.asyncio.RedisC
             owned.watch(lambda: keeper.closed(hold))
 
     def _schedule(self, hold: MultiHold) -> None:
-        from .asyncio import renewer  # here: redislock.asyncio imports this module
-
         renewer().add(hold)
 
     def _unschedule(self, hold: MultiHold) -> None:
-        from .asyncio import renewer
-
         renewer().remove(hold)
 
 
