@@ -27,7 +27,7 @@ run: build
 # Unit tests of the core, then, on each server of the matrix (Redis 7.0 and 8.2,
 # Valkey 8.1 and 9.1; scripts/matrix.sh), the integration tests against real
 # server processes that load the module just built and the Rust client's (clients/rust) tests,
-# including tests/clients.rs,
+# including tests/clients/,
 # which runs the client examples (Python, Node.js, Rust), and side by side with
 # them the suites of the client libraries (clients/python with pytest, which also
 # replays the manual's examples, and clients/node with node --test).

