@@ -1,6 +1,7 @@
 //! The Redis side of the module: registration, commands, the data type,
 //! server events, and the small unsafe wrappers they share.
 
+mod blocked;
 mod catch_panic;
 mod cluster;
 mod command;

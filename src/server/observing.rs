@@ -33,7 +33,7 @@ use crate::core::errors::LockError;
 use crate::core::observers::{Observers, Stage};
 use crate::server::ffi::{self, BlockedClient, BlockedId, LockId};
 use crate::server::scheduler::{self, Job};
-use crate::server::{catch_panic, reply, state, stats};
+use crate::server::{blocked, reply, state, stats};
 
 /// What a look at an observed lock saw.
 #[derive(Debug)]
@@ -280,14 +280,12 @@ unsafe extern "C" fn on_unblock(
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
-    let ctx = Context::new(ctx);
-    catch_panic::callback(raw::REDISMODULE_OK as c_int, || {
-        let stage = forget(ffi::blocked_id(&ctx));
+    blocked::reply(ctx, |ctx, handle| {
+        let stage = forget(handle);
         if matches!(stage, Some(Stage::Watching)) {
             stats::OBSERVE_TIMEOUTS.bump();
         }
-        answer(&ctx, stage);
-        raw::REDISMODULE_OK as c_int
+        answer(ctx, stage);
     })
 }
 
@@ -295,10 +293,10 @@ unsafe extern "C" fn on_unblock(
 /// answer of its own (a redirect of a slot that left, every blocked call
 /// ended on becoming a replica): it leaves at once.
 unsafe extern "C" fn on_disconnect(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
-    catch_panic::callback((), || {
-        forget(BlockedId::of(bc));
-    })
+    blocked::disconnect(ctx, bc, |_, handle| {
+        forget(handle);
+    });
 }
