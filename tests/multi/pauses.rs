@@ -53,7 +53,7 @@ fn paused_multi_wait(pause: &str, freed: Freed) {
     let w = spawn_all(&m, &keys, "multi", 60_000, 0, &[]);
     wait_waiters(&mut c, keys[1], 1);
     wait_replica_caught_up(&m, &r);
-    let pause_ms: u64 = 1_500;
+    let pause_ms: u64 = 2_000;
     let pause_for = pause_ms.to_string();
     let mut admin = RawConn::connect(&m);
     let paused_at = Instant::now();
@@ -86,8 +86,14 @@ fn paused_multi_wait(pause: &str, freed: Freed) {
     if let Some(a) = w.recv_within(quiet / time_scale()) {
         panic!("{what}: answered during the pause: {a:?}");
     }
-    assert_eq!(processed(&r), offset, "{what}: replicated during the pause");
-    assert_eq!(m.aof_text().len(), aof, "{what}: written during the pause");
+    let (offset_now, aof_now) = (processed(&r), m.aof_text().len());
+    // Read before the pause ended (a slow machine may have let it end): only then they count.
+    if paused_at.elapsed() < Duration::from_millis(pause_ms - 100) {
+        assert_eq!(offset_now, offset, "{what}: replicated during the pause");
+        assert_eq!(aof_now, aof, "{what}: written during the pause");
+    } else {
+        eprintln!("{what}: the pause ended before the replica and the AOF were read");
+    }
     let fences = fences_of(&w);
     let at = paused_at.elapsed();
     assert!(
