@@ -135,7 +135,14 @@ impl Server {
 
     /// Stops the server (see `Stop`) and starts it again on the same port, dir and arguments.
     pub fn restart(&mut self, how: Stop) {
+        self.restart_after(how, |_| {});
+    }
+
+    /// As `restart`, with `edit` run on the server's directory while it is down (an AOF
+    /// rewritten by hand, say).
+    pub fn restart_after(&mut self, how: Stop, edit: impl FnOnce(&Path)) {
         self.stop(how);
+        edit(&self.dir);
         // The same port is required (replicas point at it). It was ours a moment ago, so it is
         // normally free; retry briefly in case another test's client grabbed it meanwhile.
         let deadline = Instant::now() + startup_deadline();

@@ -54,8 +54,18 @@ fn token_for(d: &mut Draws, model: &Model, keys: &[String], holder_percent: usiz
     fallback
 }
 
+/// A tagged key whose readers hold it while a writer waits, if there is one: a shared request
+/// there has room but must queue behind the writer.
+fn reader_writer_key(model: &Model) -> Option<&'static str> {
+    MULTI_KEYS.into_iter().find(|k| {
+        let lock = model.peek(k);
+        lock.holds.first().is_some_and(|h| h.want == Want::Shared)
+            && lock.queue.iter().any(|w| w.want == Want::Exclusive)
+    })
+}
+
 pub fn pick(d: &mut Draws, model: &Model, step: u64) -> Cmd {
-    let keys = key_set(d);
+    let mut keys = key_set(d);
     if d.chance(30) {
         let token = token_for(d, model, &keys, 75);
         return Cmd::ReleaseAll { keys, token };
@@ -67,12 +77,33 @@ pub fn pick(d: &mut Draws, model: &Model, step: u64) -> Cmd {
         .iter()
         .find_map(|k| model.peek(k).hold(&token).map(|h| h.want));
     let first = model.peek(&keys[0]).holds.first().map(|h| h.want);
-    let want = match (held, first) {
+    let mut want = match (held, first) {
         (Some(w), _) if regrant => w,
         (_, Some(w)) if follow => w,
         _ if shared => Want::Shared,
         _ => Want::Exclusive,
     };
+    let ttl = pick::ttl(d);
+    let ephemeral = d.chance(20);
+    let (blocking, short, long) = (d.chance(60), d.between(20, 200), d.between(200, 2500));
+    let mut block = blocking.then_some(if d.chance(50) { short } else { long });
+    let (mixed, last, wide) = (d.chance(50), d.chance(50), d.chance(50));
+    if let Some(key) = reader_writer_key(model).filter(|_| mixed) {
+        // Readers hold a key and a writer waits there: a shared request has room on that key
+        // but queues behind the writer (often as the request's last key, where a check that
+        // stops one key short would let it overtake).
+        // With every tagged key now and then, so that it also waits where another holds.
+        for k in MULTI_KEYS.into_iter().filter(|k| *k == key || wide) {
+            if !keys.iter().any(|have| have == k) {
+                keys.push(k.to_string());
+            }
+        }
+        let (at, n) = (keys.iter().position(|k| k == key).unwrap_or(0), keys.len());
+        if last {
+            keys.swap(at, n - 1);
+        }
+        (want, block) = (Want::Shared, Some(long));
+    }
     if keys
         .iter()
         .any(|k| model.peek(k).queue.iter().any(|w| w.token == token))
@@ -80,10 +111,6 @@ pub fn pick(d: &mut Draws, model: &Model, step: u64) -> Cmd {
         // A token waits for a key at most once.
         token = format!("q{step}").into_bytes();
     }
-    let ttl = pick::ttl(d);
-    let ephemeral = d.chance(20);
-    let (blocking, short, long) = (d.chance(60), d.between(20, 200), d.between(200, 2500));
-    let block = blocking.then_some(if d.chance(50) { short } else { long });
     Cmd::AcquireAll(AcquireAll {
         keys,
         token: (!generated).then_some(token),

@@ -199,9 +199,9 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
     }
     .to_string();
     let lock = model.peek(&key);
-    match d.below(122) {
-        100..=113 => super::multi::pick(d, model, step),
-        114..=121 => super::observe::pick(d, model, &key),
+    match d.below(128) {
+        100..=119 => super::multi::pick(d, model, step),
+        120..=127 => super::observe::pick(d, model, &key),
         0..=37 => {
             let generated = d.chance(12);
             let mut token = token(d, &lock, 35);
@@ -230,7 +230,10 @@ pub fn command(d: &mut Draws, model: &Model, step: u64) -> Cmd {
             let writer_waits = lock.queue.iter().any(|w| w.want == Want::Exclusive);
             if readers && d.chance(30) && lock.hold(&token).is_none() {
                 (want, block) = match writer_waits {
-                    false => (Want::Exclusive, Some(short)),
+                    false => (
+                        Want::Exclusive,
+                        Some(if d.chance(50) { short } else { long }),
+                    ),
                     true => (Want::Shared, Some(long)),
                 };
             }

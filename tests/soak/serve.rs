@@ -37,10 +37,24 @@ impl Soak {
                 .flat_map(|(k, l)| l.holds.iter().map(move |h| (h.lease.hi, k.clone(), h)))
                 .filter(|(hi, _, _)| *hi < now)
                 .min_by_key(|(hi, _, _)| *hi)
-                .map(|(_, k, h)| (k, h.token.clone()));
-            let Some((key, token)) = due else {
+                .map(|(_, k, h)| (k, h.token.clone(), h.lease.lo));
+            let Some((key, token, lo)) = due else {
                 return Ok(());
             };
+            // A wait that certainly ended before this lease did goes first: its leaving may
+            // have served the others (a holder among them re-granted before its lease ended).
+            let before = self
+                .model
+                .locks
+                .iter()
+                .flat_map(|(k, l)| l.queue.iter().map(move |w| (k, w)))
+                .filter(|(_, w)| w.deadline.hi < lo)
+                .min_by_key(|(_, w)| w.deadline.hi)
+                .map(|(k, w)| (k.clone(), w.clone()));
+            if let Some((key, w)) = before {
+                self.time_out(&key, &w)?;
+                continue;
+            }
             let h = self.model.lock(&key).remove_hold(&token).expect("hold");
             self.model.tally.lease_ends += 1;
             self.note(format!(
@@ -67,16 +81,28 @@ impl Soak {
                 .map(|k| (k.clone(), self.model.peek(k)))
                 .collect();
             let holds = locks.iter().flat_map(|(_, l)| l.holds.iter());
-            let ending = holds.filter(|h| h.lease.lo <= now + guard());
-            if let Some(hi) = ending.map(|h| h.lease.hi).max() {
+            let ending: Vec<Span> = holds
+                .filter(|h| h.lease.lo <= now + guard())
+                .map(|h| h.lease)
+                .collect();
+            let near = locks
+                .iter()
+                .flat_map(|(k, l)| l.queue.iter().map(move |w| (k, w)))
+                .filter(|(_, w)| w.deadline.lo <= now + guard())
+                .min_by_key(|(_, w)| w.deadline.lo)
+                .map(|(k, w)| (k.clone(), w.clone()));
+            // A waiter whose deadline certainly comes before every lease ending now is answered
+            // first: its leaving may serve the others (and a holder among them, re-granted
+            // before its lease ends).
+            let first_lease = ending.iter().map(|l| l.lo).min();
+            let waiter_first = near
+                .as_ref()
+                .is_some_and(|(_, w)| first_lease.is_none_or(|lo| w.deadline.hi < lo));
+            if let Some(hi) = ending.iter().map(|l| l.hi).max().filter(|_| !waiter_first) {
                 sleep_until_wall_ms(hi);
                 self.model.tally.waited_ms += now_ms() - now;
                 continue;
             }
-            let near = locks.iter().find_map(|(k, l)| {
-                let w = l.queue.iter().find(|w| w.deadline.lo <= now + guard());
-                w.map(|w| (k.clone(), w.clone()))
-            });
             let Some((key, w)) = near else {
                 // Nothing else can have answered a waiter.
                 for (key, lock) in &locks {
@@ -97,21 +123,25 @@ impl Soak {
                 }
                 return Ok(());
             };
-            // Its wait ends at its deadline: nil, since nothing freed room for it (that would
-            // have been served).
-            let reply = self.read(w.slot)?;
-            if reply != Reply::Nil {
-                return Err(format!(
-                    "waiter {} (slot {}) on {key} answered {reply} at its deadline, \
-                     with no room freed for it",
-                    super::model::show(&w.token),
-                    w.slot
-                ));
-            }
-            self.note(format!("  slot {} timed out on {key}", w.slot));
-            self.model.tally.wait_timeouts += 1;
-            self.leave(w.slot, w.deadline.lo, w.deadline.hi)?;
+            self.time_out(&key, &w)?;
         }
+    }
+
+    /// The wait of `w` on `key` ended at its deadline: nil, since nothing freed room for it
+    /// (that would have been served); the waiters behind it may fit now.
+    fn time_out(&mut self, key: &str, w: &super::model::Waiter) -> R {
+        let reply = self.read(w.slot)?;
+        if reply != Reply::Nil {
+            return Err(format!(
+                "waiter {} (slot {}) on {key} answered {reply} at its deadline, \
+                 with no room freed for it",
+                super::model::show(&w.token),
+                w.slot
+            ));
+        }
+        self.note(format!("  slot {} timed out on {key}", w.slot));
+        self.model.tally.wait_timeouts += 1;
+        self.leave(w.slot, w.deadline.lo, w.deadline.hi)
     }
 
     /// After a stall: ends in the model the holds of `key` whose lease may have ended by `t`,

@@ -79,14 +79,16 @@ pub fn replay_hold(ctx: &Context, mut key: LockKey, effect: HoldEffect) -> Resul
                         h.insert_with_data(token, hold, data.or(kept.as_deref()));
                     }
                 }
-                None => {
+                // Holders of another kind here are replaced, as the master replaced them: it
+                // grants another kind only once all their leases have run out, and the
+                // previous release did not send their end first.
+                _ => {
                     let mut h = Holders::new(kind);
                     h.insert_with_data(token, hold, data);
                     if !key.set_holders(h) {
                         return Err(LockError::Internal);
                     }
                 }
-                Some(_) => return Err(LockError::WrongType),
             }
             state::with_clock(|c| c.observe(fence));
         }
