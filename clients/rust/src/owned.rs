@@ -12,12 +12,12 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
-use crate::core::reply;
+use crate::core::take::{self, Step, Take};
 use crate::hold::{HoldState, Shared};
 use crate::renewer::{Channel, Keeper};
 use crate::COMMAND_TIMEOUT;
@@ -157,83 +157,84 @@ pub(crate) async fn confirm(
 pub(crate) async fn acquire(
     client: &redis::Client,
     spec: Spec<'_>,
-    mut attempt: Attempt,
+    attempt: Attempt,
 ) -> Result<Option<Granted>> {
-    let name = String::from_utf8_lossy(spec.name).into_owned();
+    let mut take =
+        Take::one(spec.name, spec.token.clone(), spec.ttl, spec.mode, attempt).ephemeral(spec.data);
+    let name = take.label().to_string();
+    // The connection of the last reply, and its channel once it carries a grant.
+    let mut last: Option<(MultiplexedConnection, Arc<Watch>)> = None;
+    let mut channel: Option<(Arc<Channel>, Arc<Watch>)> = None;
+    let mut step = take.next(Instant::now());
     loop {
-        let Some(wait) = attempt.wait(Instant::now()) else {
-            return Ok(None);
-        };
-        let line = Acquire {
-            name: spec.name,
-            token: spec.token,
-            ttl: spec.ttl,
-            mode: spec.mode,
-            ephemeral: true,
-            wait,
-            data: spec.data,
-        }
-        .args();
-        let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
-        let sent = Instant::now();
-        let run = async {
-            let (mut conn, watch) = open(client).await?;
-            let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
-            Ok::<_, redis::RedisError>((v, conn, watch))
-        };
-        let answer = if bound == std::time::Duration::MAX {
-            run.await
-        } else {
-            match tokio::time::timeout(bound, run).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        name,
-                        what: "acquire",
-                    })
+        step = match step {
+            Step::Send { line, wait } => {
+                channel = None;
+                let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
+                let run = async {
+                    let (mut conn, watch) = open(client).await?;
+                    let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
+                    Ok::<_, redis::RedisError>((v, conn, watch))
+                };
+                let answer = if bound == std::time::Duration::MAX {
+                    run.await
+                } else {
+                    match tokio::time::timeout(bound, run).await {
+                        Ok(r) => r,
+                        Err(_) => return Err(take.timed_out()),
+                    }
+                };
+                let answer = answer.map(|(v, conn, watch)| {
+                    last = Some((conn, watch));
+                    (v, None)
+                });
+                take.answered(answer, Instant::now())
+            }
+            Step::Pause(d) => {
+                tokio::time::sleep(d).await;
+                take.next(Instant::now())
+            }
+            Step::Renew(lines) => {
+                let (ch, _) = bind(&mut channel, &mut last)?;
+                let mut outcomes = Vec::with_capacity(lines.len());
+                for l in &lines {
+                    let v = ch.send(l, COMMAND_TIMEOUT, &name, "acquire").await;
+                    outcomes.push(take::outcome(v.ok().as_ref()));
                 }
+                take.renewed(&outcomes, Instant::now())
             }
-        };
-        let (v, conn, watch) = match answer {
-            Ok(x) => x,
-            Err(e) => match attempt.failed(e, &name, Instant::now()) {
-                Next::Again => continue,
-                Next::Pause(d) => {
-                    tokio::time::sleep(d).await;
-                    continue;
-                }
-                Next::NotGranted => return Ok(None),
-                Next::Fail(e) => return Err(e),
-            },
-        };
-        let Some((token, fence)) = reply::grant(&v)? else {
-            if attempt.wait_on(Instant::now()) {
-                continue;
+            Step::Release(line) => {
+                let (ch, _) = bind(&mut channel, &mut last)?;
+                let _ = ch.send(&line, COMMAND_TIMEOUT, &name, "release").await;
+                take.next(Instant::now())
             }
-            return Ok(None);
-        };
-        let channel = Channel::owned(conn);
-        keep_alive(&channel);
-        let mut sent = sent;
-        if attempt.renew_at_once(sent, Instant::now(), spec.ttl.millis()) {
-            let renew_sent = Instant::now();
-            let line = args::extend(spec.name, &token, spec.ttl);
-            match channel
-                .send(&line, COMMAND_TIMEOUT, &name, "acquire")
-                .await
-                .map(|v| reply::one(&v, ""))
-            {
-                Ok(Ok(true)) => sent = renew_sent,
-                Ok(Ok(false)) => continue,
-                _ => {}
+            Step::Done(Ok(Some(g))) => {
+                let (channel, watch) = bind(&mut channel, &mut last)?;
+                return Ok(Some(Granted {
+                    token: g.token,
+                    fence: g.fences[0],
+                    sent: g.sent,
+                    channel,
+                    watch,
+                }));
             }
-        }
-        return Ok(Some(Granted {
-            token,
-            fence,
-            sent,
-            channel,
-            watch,
-        }));
+            Step::Done(other) => return other.map(|_| None),
+        };
     }
+}
+
+/// The channel of the connection that carried the grant (made once, kept alive).
+fn bind(
+    channel: &mut Option<(Arc<Channel>, Arc<Watch>)>,
+    last: &mut Option<(MultiplexedConnection, Arc<Watch>)>,
+) -> Result<(Arc<Channel>, Arc<Watch>)> {
+    if channel.is_none() {
+        let Some((conn, watch)) = last.take() else {
+            return Err(Error::Invalid("a grant without its connection".into()));
+        };
+        let ch = Channel::owned(conn);
+        keep_alive(&ch);
+        *channel = Some((ch, watch));
+    }
+    Ok(channel.clone().expect("bound above"))
 }

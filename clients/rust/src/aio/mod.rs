@@ -8,12 +8,13 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
+use crate::core::take::Take;
 use crate::hold::{HoldState, OnLost, Shared};
 
 mod election;
@@ -96,12 +97,6 @@ impl Inner {
             Err(Error::Redis(e)) => Err(translate(e, name, what)),
             other => other,
         }
-    }
-
-    /// A wait, on a connection of its own.
-    async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
-        let answer = waited::wait(&self.client, line, bound, |_| None).await?;
-        Ok(answer.map(|(v, _)| v))
     }
 }
 
@@ -308,116 +303,37 @@ impl Lock {
         }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let name = self.name_lossy();
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = Acquire {
-                name: &self.name,
-                token: &token,
-                ttl: self.ttl,
-                mode: self.mode,
-                ephemeral: false,
-                wait,
-                data: None,
-            }
-            .args();
-            let sent = Instant::now();
-            let lease = Duration::from_millis(self.ttl.millis());
-            let then = Replicas::after(self.replicas, true, lease);
-            let answer = match wait {
-                Wait::No => match inner
-                    .channel
-                    .send_then(&line, COMMAND_TIMEOUT, &name, "acquire", then)
-                    .await
-                {
-                    Ok((v, acks)) => Ok((v, acks.and_then(|a| a.ok()))),
-                    Err(Error::Redis(e)) => Err(e),
-                    Err(e) => return Err(e),
-                },
-                _ => match waited::wait(
-                    &inner.client,
-                    &line,
-                    Attempt::bound(wait, COMMAND_TIMEOUT),
-                    then,
-                )
-                .await
-                {
-                    Ok(Some(v)) => Ok(v),
-                    Ok(None) => {
-                        return Err(Error::Timeout {
-                            name,
-                            what: "acquire",
-                        })
-                    }
-                    Err(e) => Err(e),
-                },
-            };
-            let (v, acks) = match answer {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &name, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        tokio::time::sleep(d).await;
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fence)) = reply::grant(&v)? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            if let Some(r) = self.replicas {
-                let (count, ok) = r.acks(acks.as_ref());
-                if !ok {
-                    let release = args::release(&self.name, &granted);
-                    let _ = inner
-                        .send(&release, COMMAND_TIMEOUT, &name, "release")
-                        .await;
-                    return Err(r.shortfall(&name, count));
-                }
-            }
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let line = args::extend(&self.name, &granted, self.ttl);
-                match inner
-                    .send(&line, COMMAND_TIMEOUT, &name, "acquire")
-                    .await
-                    .map(|v| reply::one(&v, ""))
-                {
-                    Ok(Ok(true)) => sent = renew_sent,
-                    Ok(Ok(false)) => continue,
-                    _ => {}
-                }
-            }
-            let state = HoldState::new(
-                self.name.clone(),
-                granted,
-                fence,
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            if let Some(r) = self.replicas {
-                let _ = state.replicas.set(r);
-            }
-            let keeper = runtime_keeper();
-            keeper.add(&state);
-            return Ok(Some(Hold {
-                state,
-                locker: self.locker.clone(),
-                keeper,
-                done: false,
-            }));
+        let take = Take::one(
+            &self.name,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        )
+        .replicas(self.replicas);
+        let Some(g) = inner.acquire(take).await? else {
+            return Ok(None);
+        };
+        let state = HoldState::new(
+            self.name.clone(),
+            g.token,
+            g.fences[0],
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            inner.channel.clone(),
+        );
+        if let Some(r) = self.replicas {
+            let _ = state.replicas.set(r);
         }
+        let keeper = runtime_keeper();
+        keeper.add(&state);
+        Ok(Some(Hold {
+            state,
+            locker: self.locker.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }

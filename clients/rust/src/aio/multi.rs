@@ -5,12 +5,13 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Mode, Token, Ttl, Wait};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{Error, Result};
-use crate::core::lease::{Leased, LostReason, Renewed};
+use crate::core::lease::{Leased, LostReason};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
+use crate::core::take::Take;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::{runtime_keeper, Keeper};
@@ -24,7 +25,7 @@ pub struct MultiLock {
     locker: Locker,
     names: Vec<Vec<u8>>,
     ttl: Ttl,
-    shared: bool,
+    mode: Mode,
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
@@ -37,7 +38,7 @@ impl Locker {
             locker: self.clone(),
             names: names.into_iter().map(Into::into).collect(),
             ttl: Ttl::from_duration(DEFAULT_LEASE),
-            shared: false,
+            mode: Mode::Exclusive,
             auto_renew: true,
             on_lost: None,
             token: None,
@@ -52,7 +53,7 @@ impl MultiLock {
     }
 
     pub fn shared(mut self, on: bool) -> MultiLock {
-        self.shared = on;
+        self.mode = if on { Mode::Shared } else { Mode::Exclusive };
         self
     }
 
@@ -99,117 +100,39 @@ impl MultiLock {
             })
     }
 
-    async fn send(
-        &self,
-        line: &[Vec<u8>],
-        wait: Wait,
-        label: &str,
-    ) -> Result<redis::RedisResult<Value>> {
-        let inner = &self.locker.inner;
-        Ok(match wait {
-            Wait::No => match inner
-                .channel
-                .send(line, COMMAND_TIMEOUT, label, "acquire")
-                .await
-            {
-                Ok(v) => Ok(v),
-                Err(Error::Redis(e)) => Err(e),
-                Err(e) => return Err(e),
-            },
-            _ => match inner
-                .wait(line, Attempt::bound(wait, COMMAND_TIMEOUT))
-                .await
-            {
-                Ok(Some(v)) => Ok(v),
-                Ok(None) => {
-                    return Err(Error::Timeout {
-                        name: label.to_string(),
-                        what: "acquire",
-                    })
-                }
-                Err(e) => Err(e),
-            },
-        })
-    }
-
     async fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
-        multi::check_names(&self.names)?;
         let inner = &self.locker.inner;
-        let label = multi::label(&self.names);
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mode = if self.shared {
-            Mode::Shared
-        } else {
-            Mode::Exclusive
+        let take = Take::all(
+            &self.names,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        );
+        let Some(g) = inner.acquire(take).await? else {
+            return Ok(None);
         };
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
-            let sent = Instant::now();
-            let v = match self.send(&line, wait, &label).await? {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &label, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        tokio::time::sleep(d).await;
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let mut outcomes = Vec::new();
-                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
-                    let answer = inner.send(&line, COMMAND_TIMEOUT, &label, "acquire").await;
-                    outcomes.push(match answer.map(|v| reply::one(&v, "LOCK.EXTEND")) {
-                        Ok(Ok(true)) => Renewed::Extended,
-                        Ok(Ok(false)) => Renewed::Gone,
-                        _ => Renewed::Failed,
-                    });
-                }
-                match multi::renewal(&outcomes, self.names.len()) {
-                    Renewed::Extended => sent = renew_sent,
-                    Renewed::Gone => {
-                        let back = multi::release_all(&self.names, &granted);
-                        let _ = inner.send(&back, COMMAND_TIMEOUT, &label, "acquire").await;
-                        continue;
-                    }
-                    Renewed::Failed => {}
-                }
-            }
-            let state = HoldState::multi(
-                self.names.clone(),
-                granted,
-                fences[0],
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            let keeper = runtime_keeper();
-            keeper.add(&state);
-            return Ok(Some(MultiHold {
-                state,
-                fences,
-                ttl: self.ttl,
-                locker: self.locker.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        let state = HoldState::multi(
+            self.names.clone(),
+            g.token,
+            g.fences[0],
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            inner.channel.clone(),
+        );
+        let keeper = runtime_keeper();
+        keeper.add(&state);
+        Ok(Some(MultiHold {
+            state,
+            fences: g.fences,
+            ttl: self.ttl,
+            locker: self.locker.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
 

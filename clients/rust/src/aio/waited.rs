@@ -1,16 +1,71 @@
-//! A wait in the server (`LOCK.ACQUIRE … BLOCK`) on a connection of its own: dropping the
-//! future closes it, and the server drops the waiter at once. A follow-up (`WAIT`) goes on the
-//! same connection.
+//! The I/O of an acquire: a try on the locker's connection, a wait in the server
+//! (`LOCK.ACQUIRE … BLOCK`) on a connection of its own (dropping the future closes it, and the
+//! server drops the waiter at once). A follow-up (`WAIT`) goes on the same connection.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::core::args;
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Wait};
+use crate::core::error::{Error, Result};
+use crate::core::take::{self, Grant, Step, Take};
+use crate::COMMAND_TIMEOUT;
+
+impl super::Inner {
+    /// Carries out the steps of an acquire.
+    pub(super) async fn acquire(&self, mut take: Take) -> Result<Option<Grant>> {
+        let label = take.label().to_string();
+        let mut step = take.next(Instant::now());
+        loop {
+            step = match step {
+                Step::Send { line, wait } => {
+                    let then = take.follow_up();
+                    let answer = if wait == Wait::No {
+                        let sent = self
+                            .channel
+                            .send_then(&line, COMMAND_TIMEOUT, &label, "acquire", then)
+                            .await;
+                        match sent {
+                            Ok((v, acks)) => Ok((v, acks.and_then(|a| a.ok()))),
+                            Err(Error::Redis(e)) => Err(e),
+                            Err(e) => return Err(e),
+                        }
+                    } else {
+                        let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
+                        match send_waiting(&self.client, &line, bound, then).await {
+                            Ok(Some(v)) => Ok(v),
+                            Ok(None) => return Err(take.timed_out()),
+                            Err(e) => Err(e),
+                        }
+                    };
+                    take.answered(answer, Instant::now())
+                }
+                Step::Pause(d) => {
+                    tokio::time::sleep(d).await;
+                    take.next(Instant::now())
+                }
+                Step::Renew(lines) => {
+                    let mut outcomes = Vec::with_capacity(lines.len());
+                    for l in &lines {
+                        let v = self.send(l, COMMAND_TIMEOUT, &label, "acquire").await;
+                        outcomes.push(take::outcome(v.ok().as_ref()));
+                    }
+                    take.renewed(&outcomes, Instant::now())
+                }
+                Step::Release(line) => {
+                    let _ = self.send(&line, COMMAND_TIMEOUT, &label, "release").await;
+                    take.next(Instant::now())
+                }
+                Step::Done(done) => return done,
+            }
+        }
+    }
+}
 
 /// Sends `line` on a new connection, its reply within `bound` (`None` past it), then on it the
 /// follow-up `then` makes of the reply, if any (its answer, or `None` if it failed).
-pub(super) async fn wait(
+async fn send_waiting(
     client: &redis::Client,
     line: &[Vec<u8>],
     bound: Duration,

@@ -7,8 +7,10 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
+use crate::core::acquire::Attempt;
 use crate::core::args;
-use crate::core::error::reply_text;
+use crate::core::error::{reply_text, Result};
+use crate::core::take::{self, Grant, Step, Take};
 
 /// How many idle connections a locker keeps.
 const IDLE: usize = 4;
@@ -100,6 +102,38 @@ impl Conns {
             self.give_back(conn);
         }
         Ok((v, follow))
+    }
+
+    /// Carries out the steps of an acquire; `timeout` bounds what has no tighter bound.
+    pub fn acquire(&self, mut take: Take, timeout: Duration) -> Result<Option<Grant>> {
+        let mut step = take.next(Instant::now());
+        loop {
+            step = match step {
+                Step::Send { line, wait } => {
+                    let bound = Attempt::bound(wait, timeout);
+                    let answer = self
+                        .send_then(&line, bound, take.follow_up())
+                        .map(|(v, acks)| (v, acks.and_then(|a| a.ok())));
+                    take.answered(answer, Instant::now())
+                }
+                Step::Pause(d) => {
+                    std::thread::sleep(d);
+                    take.next(Instant::now())
+                }
+                Step::Renew(lines) => {
+                    let outcomes: Vec<_> = lines
+                        .iter()
+                        .map(|l| take::outcome(self.send(l, timeout).ok().as_ref()))
+                        .collect();
+                    take.renewed(&outcomes, Instant::now())
+                }
+                Step::Release(line) => {
+                    let _ = self.send(&line, timeout);
+                    take.next(Instant::now())
+                }
+                Step::Done(done) => return done,
+            }
+        }
     }
 
     fn query(

@@ -14,12 +14,13 @@ pub use hold::Hold;
 pub use multi::{MultiHold, MultiLock};
 pub use observe::Observer;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
+use crate::core::take::Take;
 use crate::hold::{HoldState, OnLost};
 use crate::lost::Lost;
 use crate::owned;
@@ -310,92 +311,37 @@ impl Lock {
         }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = Acquire {
-                name: &self.name,
-                token: &token,
-                ttl: self.ttl,
-                mode: self.mode,
-                ephemeral: false,
-                wait,
-                data: None,
-            }
-            .args();
-            let sent = Instant::now();
-            let lease = Duration::from_millis(self.ttl.millis());
-            let then = Replicas::after(self.replicas, true, lease);
-            let (v, acks) =
-                match inner
-                    .conns
-                    .send_then(&line, Attempt::bound(wait, inner.timeout), then)
-                {
-                    Ok(v) => v,
-                    Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
-                        Next::Again => continue,
-                        Next::Pause(d) => {
-                            std::thread::sleep(d);
-                            continue;
-                        }
-                        Next::NotGranted => return Ok(None),
-                        Next::Fail(e) => return Err(e),
-                    },
-                };
-            let Some((granted, fence)) = reply::grant(&v)? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue; // cut short: wait on
-                }
-                return Ok(None);
-            };
-            if let Some(r) = self.replicas {
-                let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
-                if !ok {
-                    let _ = inner
-                        .conns
-                        .send(&args::release(&self.name, &granted), inner.timeout);
-                    return Err(r.shortfall(&self.name_lossy(), count));
-                }
-            }
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                // Granted after a wait: the lease began at the grant; renew now so that the
-                // lease clock starts from a known moment.
-                let renew_sent = Instant::now();
-                let line = args::extend(&self.name, &granted, self.ttl);
-                match inner
-                    .conns
-                    .send(&line, inner.timeout)
-                    .map(|v| reply::one(&v, ""))
-                {
-                    Ok(Ok(true)) => sent = renew_sent,
-                    Ok(Ok(false)) => continue, // gone already (a lease shorter than the trip)
-                    _ => {}                    // unknown: the clock counts from the request
-                }
-            }
-            let state = HoldState::new(
-                self.name.clone(),
-                granted,
-                fence,
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            if let Some(r) = self.replicas {
-                let _ = state.replicas.set(r);
-            }
-            let keeper = blocking_keeper();
-            keeper.add(&state);
-            return Ok(Some(Hold {
-                state,
-                locker: inner.clone(),
-                keeper,
-                done: false,
-            }));
+        let take = Take::one(
+            &self.name,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        )
+        .replicas(self.replicas);
+        let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
+            return Ok(None);
+        };
+        let state = HoldState::new(
+            self.name.clone(),
+            g.token,
+            g.fences[0],
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            inner.channel.clone(),
+        );
+        if let Some(r) = self.replicas {
+            let _ = state.replicas.set(r);
         }
+        let keeper = blocking_keeper();
+        keeper.add(&state);
+        Ok(Some(Hold {
+            state,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::acquire::{Attempt, Next};
+use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{translate, Error, Result};
-use crate::core::lease::{Leased, LostReason, Renewed};
+use crate::core::lease::{Leased, LostReason};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
+use crate::core::take::Take;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::{blocking_keeper, Keeper};
@@ -25,7 +26,7 @@ pub struct MultiLock {
     locker: Locker,
     names: Vec<Vec<u8>>,
     ttl: Ttl,
-    shared: bool,
+    mode: Mode,
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
@@ -39,7 +40,7 @@ impl Locker {
             locker: self.clone(),
             names: names.into_iter().map(Into::into).collect(),
             ttl: Ttl::from_duration(DEFAULT_LEASE),
-            shared: false,
+            mode: Mode::Exclusive,
             auto_renew: true,
             on_lost: None,
             token: None,
@@ -65,7 +66,7 @@ impl MultiLock {
 
     /// Shared holds of every key (`SHARED`) instead of exclusive ones.
     pub fn shared(mut self, on: bool) -> MultiLock {
-        self.shared = on;
+        self.mode = if on { Mode::Shared } else { Mode::Exclusive };
         self
     }
 
@@ -112,87 +113,38 @@ impl MultiLock {
     }
 
     fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
-        multi::check_names(&self.names)?;
         let inner = &self.locker.inner;
-        let label = multi::label(&self.names);
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mode = if self.shared {
-            Mode::Shared
-        } else {
-            Mode::Exclusive
+        let take = Take::all(
+            &self.names,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        );
+        let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
+            return Ok(None);
         };
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
-            let sent = Instant::now();
-            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &label, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        std::thread::sleep(d);
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let mut outcomes = Vec::new();
-                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
-                    outcomes.push(match inner.conns.send(&line, inner.timeout) {
-                        Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
-                            Ok(true) => Renewed::Extended,
-                            Ok(false) => Renewed::Gone,
-                            Err(_) => Renewed::Failed,
-                        },
-                        Err(_) => Renewed::Failed,
-                    });
-                }
-                match multi::renewal(&outcomes, self.names.len()) {
-                    Renewed::Extended => sent = renew_sent,
-                    Renewed::Gone => {
-                        // Gone already (a lease shorter than the trip): give the rest back,
-                        // wait on.
-                        let back = multi::release_all(&self.names, &granted);
-                        let _ = inner.conns.send(&back, inner.timeout);
-                        continue;
-                    }
-                    Renewed::Failed => {} // unknown: the clock counts from the request
-                }
-            }
-            let state = HoldState::multi(
-                self.names.clone(),
-                granted,
-                fences[0],
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            let keeper = blocking_keeper();
-            keeper.add(&state);
-            return Ok(Some(MultiHold {
-                state,
-                fences,
-                ttl: self.ttl,
-                locker: inner.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        let state = HoldState::multi(
+            self.names.clone(),
+            g.token,
+            g.fences[0],
+            self.ttl.millis(),
+            g.sent,
+            self.auto_renew,
+            self.on_lost.clone(),
+            inner.channel.clone(),
+        );
+        let keeper = blocking_keeper();
+        keeper.add(&state);
+        Ok(Some(MultiHold {
+            state,
+            fences: g.fences,
+            ttl: self.ttl,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
 

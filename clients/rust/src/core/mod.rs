@@ -11,3 +11,4 @@ pub mod lease;
 pub mod locked;
 pub mod multi;
 pub mod reply;
+pub mod take;
