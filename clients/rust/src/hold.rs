@@ -108,6 +108,51 @@ impl HoldState {
         }
     }
 
+    /// `Error::Lost` once the hold ended here (`done`) or was lost.
+    pub fn live(self: &Shared, done: bool) -> crate::core::error::Result<()> {
+        if done || self.lease().lost.is_some() {
+            return Err(crate::core::error::Error::Lost {
+                name: self.name_lossy(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Carries out an extension's verdict (`core::verdict::extension`) for a request sent at
+    /// `sent` with a lease of `ttl_ms`: the lease clock moves, or the hold is lost (found gone).
+    pub fn extended(
+        self: &Shared,
+        keeper: &Arc<crate::renewer::Keeper>,
+        sent: Instant,
+        ttl_ms: u64,
+        verdict: crate::core::error::Result<()>,
+    ) -> crate::core::error::Result<()> {
+        match &verdict {
+            Ok(()) => {
+                let moved = {
+                    let mut lease = self.lease();
+                    (!lease.ended).then(|| lease.extended(sent, ttl_ms))
+                };
+                if moved.is_some() {
+                    keeper.add(self);
+                }
+            }
+            Err(crate::core::error::Error::NotOwner { .. }) => self.lose(keeper, LostReason::Gone),
+            Err(_) => {}
+        }
+        verdict
+    }
+
+    /// Ends the hold's schedule for a release: whether the lease clock had given it up.
+    pub fn ending(self: &Shared, keeper: &crate::renewer::Keeper) -> bool {
+        let lost = {
+            let lease = self.lease();
+            lease.lost.is_some() || lease.left(Instant::now()).is_zero()
+        };
+        keeper.remove(self);
+        lost
+    }
+
     /// A bound hold's connection has nothing more to carry once the hold ended: closed.
     pub fn close_owned(&self) {
         if self.channel.is_owned() {

@@ -8,10 +8,10 @@ use redis::Value;
 use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{Error, Result};
-use crate::core::lease::{Leased, LostReason};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
+use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::{runtime_keeper, Keeper};
@@ -210,30 +210,19 @@ impl MultiHold {
     }
 
     async fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost { name: self.label() });
-        }
+        self.state.live(self.done)?;
         let sent = Instant::now();
         let bound = self.lease_left().max(Duration::from_secs(1));
+        let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
             let answer = self.send(&line, bound, what).await;
-            match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
-                Ok(true) => {}
-                Ok(false) | Err(Error::NotOwner { .. }) => {
-                    self.state.lose(&self.keeper, LostReason::Gone);
-                    return Err(Error::NotOwner { name: self.label() });
-                }
-                Err(e) => return Err(e),
+            verdict = verdict::extension(answer, None, None, &self.label());
+            if verdict.is_err() {
+                break;
             }
         }
-        let moved = {
-            let mut lease = self.state.lease();
-            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-        };
-        if moved.is_some() {
-            self.keeper.add(&self.state);
-        }
-        Ok(())
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// Asks the server whether every key still has this grant.
@@ -245,10 +234,7 @@ impl MultiHold {
             let v = self
                 .send(&args::info(name), COMMAND_TIMEOUT, "owned")
                 .await?;
-            let mine = reply::info(&v)?
-                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
-                .unwrap_or(false);
-            if !mine {
+            if !verdict::owns(reply::info(&v)?, self.token(), *fence) {
                 return Ok(false);
             }
         }
@@ -280,9 +266,8 @@ impl MultiHold {
 }
 
 async fn release(state: Shared, locker: Locker, keeper: Arc<Keeper>, keys: usize) -> Result<()> {
-    let lost = state.lease().lost.is_some() || state.left().is_zero();
     let bound = state.left().max(Duration::from_secs(1));
-    keeper.remove(&state);
+    let lost = state.ending(&keeper);
     let label = state.name_lossy();
     let line = multi::release_all(&state.keys, &state.token);
     let count = locker
@@ -290,13 +275,7 @@ async fn release(state: Shared, locker: Locker, keeper: Arc<Keeper>, keys: usize
         .send(&line, bound, &label, "release")
         .await
         .and_then(|v| multi::released(&v));
-    if lost {
-        return Err(Error::Lost { name: label });
-    }
-    if count? != keys as u64 {
-        return Err(Error::NotOwner { name: label });
-    }
-    Ok(())
+    verdict::released(lost, Some(count), keys as u64, &label)
 }
 
 impl Drop for MultiHold {

@@ -7,10 +7,10 @@ use std::time::{Duration, Instant};
 use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{translate, Error, Result};
-use crate::core::lease::{Leased, LostReason};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
+use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
 use crate::renewer::{blocking_keeper, Keeper};
@@ -229,32 +229,19 @@ impl MultiHold {
     }
 
     fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost { name: self.label() });
-        }
+        self.state.live(self.done)?;
         let sent = Instant::now();
         let bound = self.lease_left().max(Duration::from_secs(1));
+        let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
-            match self
-                .send(&line, bound, what)
-                .and_then(|v| reply::one(&v, "LOCK.EXTEND"))
-            {
-                Ok(true) => {}
-                Ok(false) | Err(Error::NotOwner { .. }) => {
-                    self.state.lose(&self.keeper, LostReason::Gone);
-                    return Err(Error::NotOwner { name: self.label() });
-                }
-                Err(e) => return Err(e),
+            let answer = self.send(&line, bound, what);
+            verdict = verdict::extension(answer, None, None, &self.label());
+            if verdict.is_err() {
+                break;
             }
         }
-        let moved = {
-            let mut lease = self.state.lease();
-            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-        };
-        if moved.is_some() {
-            self.keeper.add(&self.state);
-        }
-        Ok(())
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// Asks the server whether every key still has this grant (the token among its holders,
@@ -265,10 +252,7 @@ impl MultiHold {
         }
         for (name, fence) in self.names().iter().zip(&self.fences) {
             let v = self.send(&args::info(name), self.locker.timeout, "owned")?;
-            let mine = reply::info(&v)?
-                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
-                .unwrap_or(false);
-            if !mine {
+            if !verdict::owns(reply::info(&v)?, self.token(), *fence) {
                 return Ok(false);
             }
         }
@@ -293,21 +277,15 @@ impl MultiHold {
         if self.done {
             return Ok(());
         }
-        let lost = self.state.lease().lost.is_some() || self.lease_left().is_zero();
         let bound = self.lease_left().max(Duration::from_secs(1));
         self.done = true;
-        self.keeper.remove(&self.state);
+        let lost = self.state.ending(&self.keeper);
         let line = multi::release_all(self.names(), self.token());
         let count = self
             .send(&line, bound, "release")
             .and_then(|v| multi::released(&v));
-        if lost {
-            return Err(Error::Lost { name: self.label() });
-        }
-        if count? != self.fences.len() as u64 {
-            return Err(Error::NotOwner { name: self.label() });
-        }
-        Ok(())
+        let keys = self.fences.len() as u64;
+        verdict::released(lost, Some(count), keys, &self.label())
     }
 }
 

@@ -12,3 +12,4 @@ pub mod locked;
 pub mod multi;
 pub mod reply;
 pub mod take;
+pub mod verdict;
