@@ -124,6 +124,37 @@ pub(crate) struct Granted {
     pub watch: Arc<Watch>,
 }
 
+impl Granted {
+    /// The hold of this grant of `name`, scheduled with `keeper` and watched for its
+    /// connection's close.
+    pub fn schedule(
+        self,
+        name: &[u8],
+        ttl: Ttl,
+        auto_renew: bool,
+        on_lost: Option<crate::hold::OnLost>,
+        replicas: Option<Replicas>,
+        keeper: &Arc<Keeper>,
+    ) -> Shared {
+        let state = HoldState::new(
+            name.to_vec(),
+            self.token,
+            self.fence,
+            ttl.millis(),
+            self.sent,
+            auto_renew,
+            on_lost,
+            self.channel,
+        );
+        if let Some(r) = replicas {
+            let _ = state.replicas.set(r);
+        }
+        keeper.add(&state);
+        self.watch.attach(&state, keeper.clone());
+        state
+    }
+}
+
 /// A bound grant's acknowledgements (`WAIT` on its connection, after the grant), when the lock
 /// asks for them: not enough, and the grant is released, its connection closed, and
 /// `Error::NotReplicated` returned.

@@ -6,13 +6,11 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::{Cancel, RunState, Stopper, Term};
 use crate::core::acquire::Attempt;
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{Error, Result};
-use crate::core::lease::Leased;
-use crate::core::reply;
 use crate::follow::{Follow, OnElected, OnNewLeader};
-use crate::hold::{HoldState, OnLost};
+use crate::hold::OnLost;
 use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::runtime_keeper;
@@ -150,34 +148,17 @@ impl Election {
                 }
                 return Ok(None);
             };
-            let run = self.run.clone();
-            let user = self.on_lost.clone();
-            let on_lost: OnLost = Arc::new(move |l: &Lost| {
-                run.end_current();
-                if let Some(f) = &user {
-                    f(l);
-                }
-            });
-            let state = HoldState::new(
-                self.name.clone(),
-                g.token,
-                g.fence,
-                self.lease.millis(),
-                g.sent,
-                true,
-                Some(on_lost),
-                g.channel,
-            );
+            let on_lost = self.run.on_lost(self.on_lost.clone());
             let keeper = runtime_keeper();
-            keeper.add(&state);
-            g.watch.attach(&state, keeper.clone());
+            let fence = g.fence;
+            let state = g.schedule(&self.name, self.lease, true, Some(on_lost), None, &keeper);
             self.hold = Some(Hold {
                 state,
                 locker: self.locker.clone(),
                 keeper,
                 done: false,
             });
-            return Ok(Some(g.fence));
+            return Ok(Some(fence));
         }
     }
 
@@ -186,11 +167,7 @@ impl Election {
         let Some(hold) = self.hold.take() else {
             return Ok(false);
         };
-        match hold.release().await {
-            Ok(()) => Ok(true),
-            Err(Error::NotOwner { .. } | Error::Lost { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        election::resigned(hold.release().await)
     }
 
     /// Who leads now: `None` when nobody does.
@@ -213,31 +190,16 @@ impl Election {
         let Some(hold) = self.hold.as_ref().filter(|h| h.is_held()) else {
             return Err(Error::NotOwner { name });
         };
-        let token = Token::Given(hold.token().to_vec());
-        let line = Acquire {
-            name: &self.name,
-            token: &token,
-            ttl: self.lease,
-            mode: Mode::Exclusive,
-            ephemeral: true,
-            wait: Wait::No,
-            data: Some(&value),
-        }
-        .args();
+        let line = election::proclamation(&self.name, hold.token(), self.lease, &value);
         let sent = Instant::now();
         let inner = &self.locker.inner;
         let v = inner
             .send_hold(&hold.state, &line, COMMAND_TIMEOUT, "proclaim")
             .await?;
-        match election::proclaimed(reply::grant(&v)?, hold.fence()) {
+        match election::proclamation_reply(&v, hold.fence())? {
             Proclaimed::Done => {
-                let moved = {
-                    let mut lease = hold.state.lease();
-                    (!lease.ended).then(|| lease.extended(sent, self.lease.millis()))
-                };
-                if moved.is_some() {
-                    hold.keeper.add(&hold.state);
-                }
+                let ttl_ms = self.lease.millis();
+                hold.state.extended(&hold.keeper, sent, ttl_ms, Ok(()))?;
                 self.data = Some(value);
                 Ok(())
             }
@@ -301,7 +263,7 @@ impl Election {
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let mut failures = 0;
+        let mut retries = election::Retries::default();
         loop {
             if self.run.stopped.is_set() {
                 return Ok(());
@@ -311,7 +273,7 @@ impl Election {
             match self.elect(None, true).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(term)) => {
-                    failures = 0;
+                    retries.elected();
                     if !self.is_leader() || self.run.stopped.is_set() {
                         ended.fire();
                     }
@@ -331,12 +293,10 @@ impl Election {
                     ended.fire();
                     let _ = self.resign().await;
                 }
-                Err(e) if election::run_retries(&e) => {
-                    let pause = election::retry_pause(failures);
-                    failures = failures.saturating_add(1);
+                Err(e) => {
+                    let pause = retries.failed(e)?;
                     let _ = tokio::time::timeout(pause, self.run.stopped.wait()).await;
                 }
-                Err(e) => return Err(e),
             }
             self.run.set_current(None);
         }

@@ -273,22 +273,15 @@ impl Lock {
             return Ok(None);
         };
         owned::confirm(&g, &self.name, self.replicas, self.ttl).await?;
-        let state = HoldState::new(
-            self.name.clone(),
-            g.token,
-            g.fence,
-            self.ttl.millis(),
-            g.sent,
+        let keeper = runtime_keeper();
+        let state = g.schedule(
+            &self.name,
+            self.ttl,
             self.auto_renew,
             self.on_lost.clone(),
-            g.channel,
+            self.replicas,
+            &keeper,
         );
-        if let Some(r) = self.replicas {
-            let _ = state.replicas.set(r);
-        }
-        let keeper = runtime_keeper();
-        keeper.add(&state);
-        g.watch.attach(&state, keeper.clone());
         Ok(Some(Hold {
             state,
             locker: self.locker.clone(),

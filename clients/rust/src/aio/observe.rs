@@ -5,11 +5,9 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 
-use crate::core::acquire::WAIT_GRACE;
 use crate::core::args;
-use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, translate, Result};
-use crate::COMMAND_TIMEOUT;
+use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
+use crate::core::error::{reply_text, Result};
 
 /// The changes of leader, awaited one by one with `next()` (see the blocking
 /// [`crate::Observer`]).
@@ -59,26 +57,16 @@ impl Observer {
             return None;
         }
         loop {
-            let (line, block) = self.obs.request(&self.name, OBSERVE_BLOCK);
-            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
-            let failure = match self.send(&line, bound).await {
-                Ok(v) => match self.obs.answer(&v) {
-                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
-                    Ok(Change::Vacant) => return Some(Ok(None)),
-                    Ok(Change::Unchanged) => continue,
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => e,
-            };
-            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
-                self.done = true;
-                let name = String::from_utf8_lossy(&self.name).into_owned();
-                return Some(Err(translate(failure, &name, "observe")));
+            let (line, bound) = self.obs.next_request(&self.name, OBSERVE_BLOCK);
+            let answer = self.send(&line, bound).await;
+            match self.obs.step(answer, &self.name) {
+                Step::Give(given) => {
+                    self.done = self.obs.ended();
+                    return Some(given);
+                }
+                Step::Again => {}
+                Step::Pause(pause) => tokio::time::sleep(pause).await,
             }
-            tokio::time::sleep(self.obs.failed()).await;
         }
     }
 }

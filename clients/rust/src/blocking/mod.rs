@@ -281,22 +281,15 @@ impl Lock {
         let Some(g) = granted else {
             return Ok(None);
         };
-        let state = HoldState::new(
-            self.name.clone(),
-            g.token,
-            g.fence,
-            self.ttl.millis(),
-            g.sent,
+        let keeper = blocking_keeper();
+        let state = g.schedule(
+            &self.name,
+            self.ttl,
             self.auto_renew,
             self.on_lost.clone(),
-            g.channel,
+            self.replicas,
+            &keeper,
         );
-        if let Some(r) = self.replicas {
-            let _ = state.replicas.set(r);
-        }
-        let keeper = blocking_keeper();
-        keeper.add(&state);
-        g.watch.attach(&state, keeper.clone());
         Ok(Some(Hold {
             state,
             locker: inner.clone(),

@@ -5,10 +5,9 @@ use std::time::Duration;
 use redis::{Connection, Value};
 
 use crate::cancel::Cancel;
-use crate::core::acquire::WAIT_GRACE;
 use crate::core::args;
-use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, translate, Result};
+use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
+use crate::core::error::{reply_text, Result};
 use crate::follow::FOLLOW_BLOCK;
 use crate::COMMAND_TIMEOUT;
 
@@ -86,29 +85,18 @@ impl Iterator for Observer {
             if self.stopped() {
                 return None;
             }
-            let (line, block) = self.obs.request(&self.name, self.block);
-            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
-            let failure = match self.send(&line, bound) {
-                Ok(v) => match self.obs.answer(&v) {
-                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
-                    Ok(Change::Vacant) => return Some(Ok(None)),
-                    Ok(Change::Unchanged) => continue,
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
+            let (line, bound) = self.obs.next_request(&self.name, self.block);
+            let answer = self.send(&line, bound);
+            match self.obs.step(answer, &self.name) {
+                Step::Give(given) => {
+                    self.done = self.obs.ended();
+                    return Some(given);
+                }
+                Step::Again => {}
+                Step::Pause(pause) => match &self.stop {
+                    Some(stop) => drop(stop.wait_timeout(pause)),
+                    None => std::thread::sleep(pause),
                 },
-                Err(e) => e,
-            };
-            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
-                self.done = true;
-                let name = String::from_utf8_lossy(&self.name).into_owned();
-                return Some(Err(translate(failure, &name, "observe")));
-            }
-            let pause = self.obs.failed();
-            match &self.stop {
-                Some(stop) => drop(stop.wait_timeout(pause)),
-                None => std::thread::sleep(pause),
             }
         }
     }
