@@ -168,9 +168,16 @@ pub(crate) async fn confirm(
         return Ok(());
     };
     let lossy = String::from_utf8_lossy(name).into_owned();
-    let (line, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
-    let answer = g.channel.send(&line, bound, &lossy, "acquire").await;
-    let (count, ok) = r.acks(answer.as_ref().ok());
+    let (lines, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
+    let mut answers = Vec::with_capacity(lines.len());
+    for line in &lines {
+        match g.channel.send(line, bound, &lossy, "acquire").await {
+            Ok(v) => answers.push(v),
+            Err(_) => break,
+        }
+    }
+    let answer = (answers.len() == lines.len()).then(|| crate::core::durable::joined(answers));
+    let (count, ok) = r.acks(answer.as_ref());
     if ok {
         return Ok(());
     }

@@ -12,6 +12,7 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Follow;
 use crate::core::durable::Replicas;
 use crate::core::error::{is_wrong_type, reply_text, Error};
 use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
@@ -111,7 +112,7 @@ impl Channel {
         bound: Duration,
         name: &str,
         what: &'static str,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+        then: impl FnOnce(&Value) -> Option<Follow>,
     ) -> Result<(Value, Option<Result<Value, Error>>), Error> {
         self.touch();
         let attempt = async {
@@ -153,13 +154,15 @@ impl Channel {
                 });
             }
         };
-        let Some((line, bound)) = then(&v) else {
+        let Some((lines, bound)) = then(&v) else {
             return Ok((v, None));
         };
-        let follow = args::cmd(&line);
-        let follow = follow.query_async::<Value>(&mut conn);
+        let follow = args::pipe(&lines);
+        let follow = follow.query_async::<Vec<Value>>(&mut conn);
         let follow = match tokio::time::timeout(bound, follow).await {
-            Ok(answer) => answer.map_err(Error::Redis),
+            Ok(answer) => answer
+                .map(crate::core::durable::joined)
+                .map_err(Error::Redis),
             Err(_) => Err(Error::Timeout {
                 name: name.to_string(),
                 what,

@@ -6,6 +6,7 @@ mod common;
 mod aio;
 mod blocking;
 mod durable;
+mod durable_aof;
 mod election;
 mod election_run;
 mod ephemeral;

@@ -3,6 +3,7 @@
 //! multiplexed connection of the locker's own; each wait in the server on a connection of its
 //! own (dropping the `acquire` future closes it, and the server drops the waiter at once).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,6 +11,7 @@ use redis::Value;
 
 use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
+use crate::core::durable::Follow;
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
@@ -58,7 +60,7 @@ impl Inner {
         line: &[Vec<u8>],
         bound: Duration,
         what: &'static str,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+        then: impl FnOnce(&Value) -> Option<Follow>,
     ) -> Result<(Value, Option<Result<Value>>)> {
         let channel = if hold.channel.is_owned() {
             &hold.channel
@@ -132,7 +134,8 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
-            replicas: None,
+            durable: Replicas::default(),
+            aof_checked: Arc::default(),
         }
     }
 
@@ -193,7 +196,9 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
-    replicas: Option<Replicas>,
+    durable: Replicas,
+    /// `WAITAOF` was found on the server (checked before the first grant that asks for it).
+    aof_checked: Arc<AtomicBool>,
 }
 
 impl Lock {
@@ -232,7 +237,22 @@ impl Lock {
     /// Grants and extensions acknowledged by `replicas` replicas (see the blocking
     /// [`crate::Lock::replicas`]).
     pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.replicas = Replicas::new(replicas, timeout);
+        self.durable.replicas = replicas;
+        self.durable.timeout = timeout;
+        self
+    }
+
+    /// Grants and extensions fsynced to the master's AOF (see the blocking
+    /// [`crate::Lock::aof_local`]).
+    pub fn aof_local(mut self, on: bool) -> Lock {
+        self.durable.aof_local = on;
+        self
+    }
+
+    /// Grants and extensions fsynced to the AOF of `replicas` replicas (see the blocking
+    /// [`crate::Lock::aof_replicas`]).
+    pub fn aof_replicas(mut self, replicas: u64) -> Lock {
+        self.durable.aof_replicas = replicas;
         self
     }
 
@@ -272,14 +292,14 @@ impl Lock {
         else {
             return Ok(None);
         };
-        owned::confirm(&g, &self.name, self.replicas, self.ttl).await?;
+        owned::confirm(&g, &self.name, self.durable.asked(), self.ttl).await?;
         let keeper = runtime_keeper();
         let state = g.schedule(
             &self.name,
             self.ttl,
             self.auto_renew,
             self.on_lost.clone(),
-            self.replicas,
+            self.durable.asked(),
             &keeper,
         );
         Ok(Some(Hold {
@@ -290,7 +310,27 @@ impl Lock {
         }))
     }
 
+    /// Before the first grant that asks for `WAITAOF`: the server must answer it.
+    async fn check_aof(&self) -> Result<()> {
+        let Some(line) = self.durable.probe() else {
+            return Ok(());
+        };
+        if self.aof_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let name = self.name_lossy();
+        let channel = &self.locker.inner.channel;
+        match channel.send(&line, COMMAND_TIMEOUT, &name, "acquire").await {
+            Ok(_) => {}
+            Err(Error::Redis(e)) => return Err(self.durable.probe_failed(e, &name)),
+            Err(e) => return Err(e),
+        }
+        self.aof_checked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     async fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        self.check_aof().await?;
         if self.ephemeral {
             return self.take_bound(deadline).await;
         }
@@ -303,7 +343,7 @@ impl Lock {
             self.mode,
             Attempt::new(deadline),
         )
-        .replicas(self.replicas);
+        .replicas(self.durable.asked());
         let Some(g) = inner.acquire(take).await? else {
             return Ok(None);
         };
@@ -317,7 +357,7 @@ impl Lock {
             self.on_lost.clone(),
             inner.channel.clone(),
         );
-        if let Some(r) = self.replicas {
+        if let Some(r) = self.durable.asked() {
             let _ = state.replicas.set(r);
         }
         let keeper = runtime_keeper();

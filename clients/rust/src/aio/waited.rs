@@ -8,6 +8,7 @@ use redis::Value;
 
 use crate::core::acquire::Attempt;
 use crate::core::args::{self, Wait};
+use crate::core::durable::Follow;
 use crate::core::error::{Error, Result};
 use crate::core::take::{self, Grant, Step, Take};
 use crate::COMMAND_TIMEOUT;
@@ -69,7 +70,7 @@ async fn send_waiting(
     client: &redis::Client,
     line: &[Vec<u8>],
     bound: Duration,
-    then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+    then: impl FnOnce(&Value) -> Option<Follow>,
 ) -> redis::RedisResult<Option<(Value, Option<Value>)>> {
     let run = async {
         // Without the crate's default response timeout: the wait has its own bound.
@@ -88,7 +89,11 @@ async fn send_waiting(
     let Some((follow, bound)) = then(&v) else {
         return Ok(Some((v, None)));
     };
-    let follow = args::cmd(&follow);
-    let acks = tokio::time::timeout(bound, follow.query_async::<Value>(&mut conn)).await;
-    Ok(Some((v, acks.ok().and_then(|a| a.ok()))))
+    let follow = args::pipe(&follow);
+    let acks = tokio::time::timeout(bound, follow.query_async::<Vec<Value>>(&mut conn)).await;
+    let acks = acks
+        .ok()
+        .and_then(|a| a.ok())
+        .map(crate::core::durable::joined);
+    Ok(Some((v, acks)))
 }

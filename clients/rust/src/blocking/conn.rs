@@ -9,6 +9,7 @@ use redis::{Connection, Value};
 
 use crate::core::acquire::Attempt;
 use crate::core::args;
+use crate::core::durable::Follow;
 use crate::core::error::{reply_text, Result};
 use crate::core::take::{self, Grant, Step, Take};
 
@@ -74,7 +75,7 @@ impl Conns {
         &self,
         args: &[Vec<u8>],
         bound: Duration,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+        then: impl FnOnce(&Value) -> Option<Follow>,
     ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
         // The bound counts from the call: opening a connection takes its part.
         let started = Instant::now();
@@ -93,7 +94,7 @@ impl Conns {
                 return Err(e);
             }
         };
-        let follow = then(&v).map(|(line, bound)| Self::query(&mut conn, &line, bound));
+        let follow = then(&v).map(|(lines, bound)| Self::query_all(&mut conn, &lines, bound));
         let sound = match &follow {
             Some(Err(e)) => reply_text(e).is_some(),
             _ => true,
@@ -134,6 +135,19 @@ impl Conns {
                 Step::Done(done) => return done,
             }
         }
+    }
+
+    /// The follow-ups `lines` in one pipeline: their answers joined.
+    fn query_all(
+        conn: &mut Connection,
+        lines: &[Vec<Vec<u8>>],
+        bound: Duration,
+    ) -> redis::RedisResult<Value> {
+        let bound = bound.max(Duration::from_millis(1));
+        conn.set_read_timeout(Some(bound))?;
+        conn.set_write_timeout(Some(bound))?;
+        let answers = args::pipe(lines).query::<Vec<Value>>(conn)?;
+        Ok(crate::core::durable::joined(answers))
     }
 
     fn query(

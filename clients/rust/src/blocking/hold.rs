@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Follow;
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply;
@@ -116,7 +117,7 @@ impl Hold {
         line: Vec<Vec<u8>>,
         bound: Duration,
         what: &'static str,
-        then: impl FnOnce(&redis::Value) -> Option<(Vec<Vec<u8>>, Duration)> + Send + 'static,
+        then: impl FnOnce(&redis::Value) -> Option<Follow> + Send + 'static,
     ) -> Result<(redis::Value, Option<Followed>)> {
         let name = self.name_lossy();
         if !self.state.channel.is_owned() {

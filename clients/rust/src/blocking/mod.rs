@@ -6,6 +6,7 @@ mod hold;
 mod multi;
 mod observe;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -90,7 +91,8 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
-            replicas: None,
+            durable: Replicas::default(),
+            aof_checked: Arc::default(),
         }
     }
 
@@ -158,7 +160,9 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
-    replicas: Option<Replicas>,
+    durable: Replicas,
+    /// `WAITAOF` was found on the server (checked before the first grant that asks for it).
+    aof_checked: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -222,7 +226,26 @@ impl Lock {
     /// `Error::NotReplicated`, an extension fails with it and leaves the lease clock where it
     /// was; a renewal in the background not acknowledged does not count for the lease clock.
     pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.replicas = Replicas::new(replicas, timeout);
+        self.durable.replicas = replicas;
+        self.durable.timeout = timeout;
+        self
+    }
+
+    /// Report a grant or an extension only once it is fsynced to the master's AOF as well
+    /// (`WAITAOF 1 …` after it, on its connection; Redis 7.2+, Valkey 8+), within the timeout
+    /// given to `replicas` (default 1 s): not in time, and it fails with
+    /// `Error::NotReplicated` as for `replicas`. Before the first grant the server is asked
+    /// whether it can answer `WAITAOF` (`WAITAOF 1 0 1`): where it has none (Redis 7.0) or
+    /// `appendonly` is off, the acquire fails with `Error::Unsupported` and nothing is taken.
+    pub fn aof_local(mut self, on: bool) -> Lock {
+        self.durable.aof_local = on;
+        self
+    }
+
+    /// Report a grant or an extension only once `replicas` replicas fsynced it to their AOF
+    /// (`WAITAOF … replicas timeout`; 0, the default, asks nothing), as `aof_local`.
+    pub fn aof_replicas(mut self, replicas: u64) -> Lock {
+        self.durable.aof_replicas = replicas;
         self
     }
 
@@ -263,7 +286,7 @@ impl Lock {
             self.ttl,
             self.mode,
         );
-        let replicas = self.replicas;
+        let replicas = self.durable.asked();
         let granted = crate::renewer::run_blocking(async move {
             let spec = owned::Spec {
                 name: &name,
@@ -287,7 +310,7 @@ impl Lock {
             self.ttl,
             self.auto_renew,
             self.on_lost.clone(),
-            self.replicas,
+            self.durable.asked(),
             &keeper,
         );
         Ok(Some(Hold {
@@ -298,7 +321,25 @@ impl Lock {
         }))
     }
 
+    /// Before the first grant that asks for `WAITAOF`: the server must answer it.
+    fn check_aof(&self) -> Result<()> {
+        let Some(line) = self.durable.probe() else {
+            return Ok(());
+        };
+        if self.aof_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let inner = &self.locker.inner;
+        inner
+            .conns
+            .send(&line, inner.timeout)
+            .map_err(|e| self.durable.probe_failed(e, &self.name_lossy()))?;
+        self.aof_checked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        self.check_aof()?;
         if self.ephemeral {
             return self.take_bound(deadline);
         }
@@ -311,7 +352,7 @@ impl Lock {
             self.mode,
             Attempt::new(deadline),
         )
-        .replicas(self.replicas);
+        .replicas(self.durable.asked());
         let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
             return Ok(None);
         };
@@ -325,7 +366,7 @@ impl Lock {
             self.on_lost.clone(),
             inner.channel.clone(),
         );
-        if let Some(r) = self.replicas {
+        if let Some(r) = self.durable.asked() {
             let _ = state.replicas.set(r);
         }
         let keeper = blocking_keeper();

@@ -9,7 +9,7 @@ use redis::Value;
 
 use super::acquire::{Attempt, Next};
 use super::args::{self, Acquire, Mode, Token, Ttl, Wait};
-use super::durable::Replicas;
+use super::durable::{Follow, Replicas};
 use super::error::{Error, Result};
 use super::lease::Renewed;
 use super::{multi, reply};
@@ -184,7 +184,7 @@ impl Take {
 
     /// The follow-up of the acquire's reply on its connection (`WAIT` after a grant, when
     /// replicas are asked for).
-    pub fn follow_up(&self) -> impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)> {
+    pub fn follow_up(&self) -> impl FnOnce(&Value) -> Option<Follow> {
         let lease = Duration::from_millis(self.ttl.millis());
         Replicas::after(self.replicas, true, lease)
     }

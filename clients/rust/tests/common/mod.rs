@@ -71,8 +71,15 @@ impl Server {
 
     /// A replica of `master`, once its link to the master is up.
     pub fn replica_of(master: &Server) -> Server {
+        Server::replica_of_with(master, &[])
+    }
+
+    /// A replica of `master` started with `extra` arguments too, once its link is up.
+    pub fn replica_of_with(master: &Server, extra: &[&str]) -> Server {
         let port = master.port.to_string();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(extra);
+        let replica = Server::start_with(&args);
         until(Duration::from_secs(20), "the replica's link", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
