@@ -118,7 +118,8 @@ pub(crate) struct Spec<'a> {
 /// A granted bound hold, before it is scheduled.
 pub(crate) struct Granted {
     pub token: Vec<u8>,
-    pub fence: u64,
+    /// The fence of each key (one for a lock of one key).
+    pub fences: Vec<u64>,
     pub sent: Instant,
     pub channel: Arc<Channel>,
     pub watch: Arc<Watch>,
@@ -139,7 +140,7 @@ impl Granted {
         let state = HoldState::new(
             name.to_vec(),
             self.token,
-            self.fence,
+            self.fences[0],
             ttl.millis(),
             self.sent,
             auto_renew,
@@ -149,6 +150,30 @@ impl Granted {
         if let Some(r) = replicas {
             let _ = state.replicas.set(r);
         }
+        keeper.add(&state);
+        self.watch.attach(&state, keeper.clone());
+        state
+    }
+
+    /// The hold of this grant of every key of `names` (see `schedule`).
+    pub fn schedule_all(
+        self,
+        names: &[Vec<u8>],
+        ttl: Ttl,
+        auto_renew: bool,
+        on_lost: Option<crate::hold::OnLost>,
+        keeper: &Arc<Keeper>,
+    ) -> Shared {
+        let state = HoldState::multi(
+            names.to_vec(),
+            self.token,
+            self.fences[0],
+            ttl.millis(),
+            self.sent,
+            auto_renew,
+            on_lost,
+            self.channel,
+        );
         keeper.add(&state);
         self.watch.attach(&state, keeper.clone());
         state
@@ -197,8 +222,13 @@ pub(crate) async fn acquire(
     spec: Spec<'_>,
     attempt: Attempt,
 ) -> Result<Option<Granted>> {
-    let mut take =
-        Take::one(spec.name, spec.token.clone(), spec.ttl, spec.mode, attempt).ephemeral(spec.data);
+    let take = Take::one(spec.name, spec.token.clone(), spec.ttl, spec.mode, attempt);
+    acquire_as(client, take.ephemeral(spec.data)).await
+}
+
+/// Carries out the steps of a bound acquire (`take`, made `ephemeral`), each send on a
+/// connection opened for it.
+pub(crate) async fn acquire_as(client: &redis::Client, mut take: Take) -> Result<Option<Granted>> {
     let name = take.label().to_string();
     // The connection of the last reply, and its channel once it carries a grant.
     let mut last: Option<(MultiplexedConnection, Arc<Watch>)> = None;
@@ -250,7 +280,7 @@ pub(crate) async fn acquire(
                 let (channel, watch) = bind(&mut channel, &mut last)?;
                 return Ok(Some(Granted {
                     token: g.token,
-                    fence: g.fences[0],
+                    fences: g.fences,
                     sent: g.sent,
                     channel,
                     watch,

@@ -16,3 +16,4 @@ mod guarded;
 mod lease;
 mod locked;
 mod multi;
+mod multi_ephemeral;

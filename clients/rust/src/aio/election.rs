@@ -150,7 +150,7 @@ impl Election {
             };
             let on_lost = self.run.on_lost(self.on_lost.clone());
             let keeper = runtime_keeper();
-            let fence = g.fence;
+            let fence = g.fences[0];
             let state = g.schedule(&self.name, self.lease, true, Some(on_lost), None, &keeper);
             self.hold = Some(Hold {
                 state,

@@ -14,6 +14,7 @@ use crate::core::take::Take;
 use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
+use crate::owned;
 use crate::renewer::{runtime_keeper, Keeper};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
 
@@ -29,6 +30,7 @@ pub struct MultiLock {
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl Locker {
@@ -42,6 +44,7 @@ impl Locker {
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 }
@@ -69,6 +72,13 @@ impl MultiLock {
 
     pub fn token(mut self, token: Token) -> MultiLock {
         self.token = Some(token);
+        self
+    }
+
+    /// Bind each grant to a connection of its own (see the blocking
+    /// [`crate::MultiLock::ephemeral`]).
+    pub fn ephemeral(mut self, on: bool) -> MultiLock {
+        self.ephemeral = on;
         self
     }
 
@@ -110,24 +120,38 @@ impl MultiLock {
             self.mode,
             Attempt::new(deadline),
         );
-        let Some(g) = inner.acquire(take).await? else {
-            return Ok(None);
-        };
-        let state = HoldState::multi(
-            self.names.clone(),
-            g.token,
-            g.fences[0],
-            self.ttl.millis(),
-            g.sent,
-            self.auto_renew,
-            self.on_lost.clone(),
-            inner.channel.clone(),
-        );
         let keeper = runtime_keeper();
-        keeper.add(&state);
+        let (state, fences) = if self.ephemeral {
+            let Some(g) = owned::acquire_as(&inner.client, take.ephemeral(None)).await? else {
+                return Ok(None);
+            };
+            let fences = g.fences.clone();
+            let on_lost = self.on_lost.clone();
+            let names = &self.names;
+            (
+                g.schedule_all(names, self.ttl, self.auto_renew, on_lost, &keeper),
+                fences,
+            )
+        } else {
+            let Some(g) = inner.acquire(take).await? else {
+                return Ok(None);
+            };
+            let state = HoldState::multi(
+                self.names.clone(),
+                g.token,
+                g.fences[0],
+                self.ttl.millis(),
+                g.sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            keeper.add(&state);
+            (state, g.fences)
+        };
         Ok(Some(MultiHold {
             state,
-            fences: g.fences,
+            fences,
             ttl: self.ttl,
             locker: self.locker.clone(),
             keeper,
@@ -215,7 +239,11 @@ impl MultiHold {
         let bound = self.lease_left().max(Duration::from_secs(1));
         let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
-            let answer = self.send(&line, bound, what).await;
+            let answer = self
+                .locker
+                .inner
+                .send_hold(&self.state, &line, bound, what)
+                .await;
             verdict = verdict::extension(answer, None, None, &self.label());
             if verdict.is_err() {
                 break;
@@ -270,12 +298,17 @@ async fn release(state: Shared, locker: Locker, keeper: Arc<Keeper>, keys: usize
     let lost = state.ending(&keeper);
     let label = state.name_lossy();
     let line = multi::release_all(&state.keys, &state.token);
-    let count = locker
-        .inner
-        .send(&line, bound, &label, "release")
-        .await
-        .and_then(|v| multi::released(&v));
-    verdict::released(lost, Some(count), keys as u64, &label)
+    let count = if verdict::release_sent(lost, state.channel.is_owned()) {
+        let answer = locker
+            .inner
+            .send_hold(&state, &line, bound, "release")
+            .await;
+        Some(answer.and_then(|v| multi::released(&v)))
+    } else {
+        None
+    };
+    state.close_owned();
+    verdict::released(lost, count, keys as u64, &label)
 }
 
 impl Drop for MultiHold {

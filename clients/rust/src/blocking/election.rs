@@ -174,7 +174,7 @@ impl Election {
                 Some(Some(g)) => {
                     let on_lost = self.run.on_lost(self.on_lost.clone());
                     let keeper = blocking_keeper();
-                    let fence = g.fence;
+                    let fence = g.fences[0];
                     let state =
                         g.schedule(&self.name, self.lease, true, Some(on_lost), None, &keeper);
                     self.hold = Some(Hold {

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use redis::Value;
+
 use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{translate, Error, Result};
@@ -13,7 +15,8 @@ use crate::core::take::Take;
 use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
 use crate::lost::{Lost, LostSignal};
-use crate::renewer::{blocking_keeper, Keeper};
+use crate::owned;
+use crate::renewer::{blocking_keeper, run_blocking, Keeper};
 use crate::DEFAULT_LEASE;
 
 use super::{Locker, LockerInner};
@@ -30,6 +33,7 @@ pub struct MultiLock {
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl Locker {
@@ -44,6 +48,7 @@ impl Locker {
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 }
@@ -88,6 +93,15 @@ impl MultiLock {
         self
     }
 
+    /// Bind each grant to a connection opened for it alone (`EPHEMERAL` on every key): the
+    /// grant, renewals, extensions and release go on it; when it closes, the server releases
+    /// every key at once, and the set is signalled lost as soon as the socket reports the close
+    /// (`LostReason::ConnectionClosed`), as for [`crate::Lock::ephemeral`].
+    pub fn ephemeral(mut self, on: bool) -> MultiLock {
+        self.ephemeral = on;
+        self
+    }
+
     /// The names, as given.
     pub fn names(&self) -> &[Vec<u8>] {
         &self.names
@@ -122,24 +136,41 @@ impl MultiLock {
             self.mode,
             Attempt::new(deadline),
         );
-        let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
-            return Ok(None);
-        };
-        let state = HoldState::multi(
-            self.names.clone(),
-            g.token,
-            g.fences[0],
-            self.ttl.millis(),
-            g.sent,
-            self.auto_renew,
-            self.on_lost.clone(),
-            inner.channel.clone(),
-        );
         let keeper = blocking_keeper();
-        keeper.add(&state);
+        let (state, fences) = if self.ephemeral {
+            let client = inner.conns.client().clone();
+            let take = take.ephemeral(None);
+            let Some(g) = run_blocking(async move { owned::acquire_as(&client, take).await })?
+            else {
+                return Ok(None);
+            };
+            let fences = g.fences.clone();
+            let on_lost = self.on_lost.clone();
+            let names = &self.names;
+            (
+                g.schedule_all(names, self.ttl, self.auto_renew, on_lost, &keeper),
+                fences,
+            )
+        } else {
+            let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
+                return Ok(None);
+            };
+            let state = HoldState::multi(
+                self.names.clone(),
+                g.token,
+                g.fences[0],
+                self.ttl.millis(),
+                g.sent,
+                self.auto_renew,
+                self.on_lost.clone(),
+                inner.channel.clone(),
+            );
+            keeper.add(&state);
+            (state, g.fences)
+        };
         Ok(Some(MultiHold {
             state,
-            fences: g.fences,
+            fences,
             ttl: self.ttl,
             locker: inner.clone(),
             keeper,
@@ -217,6 +248,18 @@ impl MultiHold {
             .map_err(|e| translate(e, &self.label(), what))
     }
 
+    /// A request of the set: on its own connection if it is bound, else on the locker's.
+    fn send_held(&self, line: &[Vec<u8>], bound: Duration, what: &'static str) -> Result<Value> {
+        if !self.state.channel.is_owned() {
+            return self.send(line, bound, what);
+        }
+        let (channel, line, label) = (self.state.channel.clone(), line.to_vec(), self.label());
+        match run_blocking(async move { channel.send(&line, bound, &label, what).await }) {
+            Err(Error::Redis(e)) => Err(translate(e, &self.label(), what)),
+            other => other,
+        }
+    }
+
     /// Sets every key's lease to `ttl` from now; the lease clock moves once every key answered 1.
     /// `Error::NotOwner` if a key is gone (the set is then signalled lost).
     pub fn extend(&mut self, ttl: Duration) -> Result<()> {
@@ -234,7 +277,7 @@ impl MultiHold {
         let bound = self.lease_left().max(Duration::from_secs(1));
         let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
-            let answer = self.send(&line, bound, what);
+            let answer = self.send_held(&line, bound, what);
             verdict = verdict::extension(answer, None, None, &self.label());
             if verdict.is_err() {
                 break;
@@ -281,11 +324,13 @@ impl MultiHold {
         self.done = true;
         let lost = self.state.ending(&self.keeper);
         let line = multi::release_all(self.names(), self.token());
-        let count = self
-            .send(&line, bound, "release")
-            .and_then(|v| multi::released(&v));
+        let count = verdict::release_sent(lost, self.state.channel.is_owned()).then(|| {
+            self.send_held(&line, bound, "release")
+                .and_then(|v| multi::released(&v))
+        });
+        self.state.close_owned();
         let keys = self.fences.len() as u64;
-        verdict::released(lost, Some(count), keys, &self.label())
+        verdict::released(lost, count, keys, &self.label())
     }
 }
 

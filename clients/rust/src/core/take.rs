@@ -19,7 +19,6 @@ use super::{multi, reply};
 enum Target {
     One {
         name: Vec<u8>,
-        ephemeral: bool,
         data: Option<Vec<u8>>,
     },
     All(Vec<Vec<u8>>),
@@ -59,6 +58,7 @@ pub struct Take {
     token: Token,
     ttl: Ttl,
     mode: Mode,
+    ephemeral: bool,
     replicas: Option<Replicas>,
     label: String,
     attempt: Attempt,
@@ -89,6 +89,7 @@ impl Take {
             token,
             ttl,
             mode,
+            ephemeral: false,
             replicas: None,
             label,
             attempt,
@@ -104,19 +105,15 @@ impl Take {
     pub fn one(name: &[u8], token: Token, ttl: Ttl, mode: Mode, attempt: Attempt) -> Take {
         let target = Target::One {
             name: name.to_vec(),
-            ephemeral: false,
             data: None,
         };
         Take::new(target, token, ttl, mode, attempt)
     }
 
-    /// Bound to the connection of the grant (`EPHEMERAL`), with `DATA` if given.
+    /// Bound to the connection of the grant (`EPHEMERAL`), with `DATA` if given (one key).
     pub fn ephemeral(mut self, data: Option<&[u8]>) -> Take {
-        if let Target::One {
-            ephemeral, data: d, ..
-        } = &mut self.target
-        {
-            *ephemeral = true;
+        self.ephemeral = true;
+        if let Target::One { data: d, .. } = &mut self.target {
             *d = data.map(<[u8]>::to_vec);
         }
         self
@@ -161,22 +158,23 @@ impl Take {
         };
         self.sent = now;
         let line = match &self.target {
-            Target::One {
-                name,
-                ephemeral,
-                data,
-            } => Acquire {
+            Target::One { name, data } => Acquire {
                 name,
                 token: &self.token,
                 ttl: self.ttl,
                 mode: self.mode,
-                ephemeral: *ephemeral,
+                ephemeral: self.ephemeral,
                 wait,
                 data: data.as_deref(),
             }
             .args(),
             Target::All(names) => {
-                multi::acquire_all(names, self.token.as_arg(), self.ttl, self.mode, wait)
+                let token = self.token.as_arg();
+                if self.ephemeral {
+                    multi::acquire_all_bound(names, token, self.ttl, self.mode, wait)
+                } else {
+                    multi::acquire_all(names, token, self.ttl, self.mode, wait)
+                }
             }
         };
         Step::Send { line, wait }
