@@ -2,6 +2,19 @@
 //! clocks and renewals of a runtime's holds run in one task of that runtime. Commands go on one
 //! multiplexed connection of the locker's own; each wait in the server on a connection of its
 //! own (dropping the `acquire` future closes it, and the server drops the waiter at once).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redislock_client::aio::Locker;
+//!
+//! # async fn run() -> redislock_client::Result<()> {
+//! let locker = Locker::open("redis://127.0.0.1:6379/")?;
+//! let hold = locker.lock("lock:report").acquire(Duration::from_secs(5)).await?;
+//! println!("holding lock:report with fence {}", hold.fence());
+//! hold.release().await?;
+//! # Ok(())
+//! # }
+//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

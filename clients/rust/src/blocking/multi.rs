@@ -24,6 +24,18 @@ use super::{Locker, LockerInner};
 /// Several keys locked together: made by `Locker::multi_lock`, set up with the builder
 /// methods, taken with `acquire` or `try_acquire`. The names must be 1 to 64 distinct keys in
 /// one hash slot (one hash tag, `{acct}:a` and `{acct}:b`): checked before anything is sent.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redislock_client::Locker;
+///
+/// let locker = Locker::open("redis://127.0.0.1:6379/")?;
+/// let both = locker.multi_lock(["{acct}:alice", "{acct}:bob"]).ephemeral(true);
+/// let hold = both.acquire(Duration::from_secs(5))?;
+/// println!("fences {:?}", hold.fences());
+/// hold.release()?;
+/// # Ok::<(), redislock_client::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct MultiLock {
     locker: Locker,
