@@ -12,11 +12,10 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 
 use crate::core::args::{self, Ttl};
-use crate::core::durable::Follow;
-use crate::core::durable::Replicas;
-use crate::core::error::{is_wrong_type, reply_text, Error};
+use crate::core::durable::{Follow, Replicas};
+use crate::core::error::{reply_text, Error};
 use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
-use crate::core::reply;
+use crate::core::verdict;
 use crate::hold::Shared;
 
 /// A multiplexed connection of the client's own. Every request on it is bounded by its caller
@@ -104,6 +103,18 @@ impl Channel {
         Ok(v)
     }
 
+    /// `send`, never sent twice (a guarded write: its inner command might run twice).
+    pub async fn send_once(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        name: &str,
+        what: &'static str,
+    ) -> Result<Value, Error> {
+        let (v, _) = self.request(args, bound, name, what, true).await?;
+        Ok(v)
+    }
+
     /// `send`, then, on the same connection, the follow-up `then` makes of the reply (a line
     /// and its bound), if any: both replies.
     pub async fn send_then(
@@ -114,46 +125,7 @@ impl Channel {
         what: &'static str,
         then: impl FnOnce(&Value) -> Option<Follow>,
     ) -> Result<(Value, Option<Result<Value, Error>>), Error> {
-        self.touch();
-        let attempt = async {
-            let mut conn = {
-                let mut slot = self.conn.lock().await;
-                match slot.as_ref() {
-                    Some(c) => c.clone(),
-                    None => {
-                        let Some(client) = &self.client else {
-                            return Err(redis::RedisError::from(std::io::Error::new(
-                                std::io::ErrorKind::NotConnected,
-                                "the hold's own connection is closed",
-                            )));
-                        };
-                        let c = connect(client).await?;
-                        *slot = Some(c.clone());
-                        c
-                    }
-                }
-            };
-            let v = args::cmd(args).query_async::<Value>(&mut conn).await?;
-            Ok((v, conn))
-        };
-        let (v, mut conn) = match tokio::time::timeout(bound, attempt).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => {
-                if reply_text(&e).is_none() && !self.is_owned() {
-                    *self.conn.lock().await = None;
-                }
-                return Err(Error::Redis(e));
-            }
-            Err(_) => {
-                if !self.is_owned() {
-                    *self.conn.lock().await = None;
-                }
-                return Err(Error::Timeout {
-                    name: name.to_string(),
-                    what,
-                });
-            }
-        };
+        let (v, mut conn) = self.request(args, bound, name, what, false).await?;
         let Some((lines, bound)) = then(&v) else {
             return Ok((v, None));
         };
@@ -169,6 +141,83 @@ impl Channel {
             }),
         };
         Ok((v, Some(follow)))
+    }
+
+    /// Sends `args` within `bound`: its reply and the connection it came on. The locker's
+    /// connection found closed by the server while idle (its `timeout`, a restart) is replaced,
+    /// and the request sent again on the new one (unless `once`): for the lock commands, whose
+    /// repetition with the same token changes nothing more. A connection that failed otherwise
+    /// is dropped, never reused; a bound hold's is never replaced.
+    async fn request(
+        &self,
+        args: &[Vec<u8>],
+        bound: Duration,
+        name: &str,
+        what: &'static str,
+        once: bool,
+    ) -> Result<(Value, MultiplexedConnection), Error> {
+        self.touch();
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut again = !once && !self.is_owned();
+        loop {
+            let (opened, answer) =
+                match tokio::time::timeout_at(deadline, self.try_once(args)).await {
+                    Ok(x) => x,
+                    Err(_) => {
+                        if !self.is_owned() {
+                            *self.conn.lock().await = None;
+                        }
+                        return Err(Error::Timeout {
+                            name: name.to_string(),
+                            what,
+                        });
+                    }
+                };
+            match answer {
+                Ok(answer) => return Ok(answer),
+                Err(e) if reply_text(&e).is_some() || self.is_owned() => {
+                    return Err(Error::Redis(e))
+                }
+                Err(e) => {
+                    *self.conn.lock().await = None;
+                    if !(again && !opened && e.is_connection_dropped()) {
+                        return Err(Error::Redis(e));
+                    }
+                    again = false;
+                }
+            }
+        }
+    }
+
+    /// One try of a request: whether its connection was opened for it, and the answer.
+    async fn try_once(
+        &self,
+        args: &[Vec<u8>],
+    ) -> (bool, redis::RedisResult<(Value, MultiplexedConnection)>) {
+        let (mut conn, opened) = {
+            let mut slot = self.conn.lock().await;
+            match slot.as_ref() {
+                Some(c) => (c.clone(), false),
+                None => {
+                    let Some(client) = &self.client else {
+                        let closed = std::io::Error::new(
+                            std::io::ErrorKind::NotConnected,
+                            "the hold's own connection is closed",
+                        );
+                        return (false, Err(closed.into()));
+                    };
+                    match connect(client).await {
+                        Ok(c) => {
+                            *slot = Some(c.clone());
+                            (c, true)
+                        }
+                        Err(e) => return (true, Err(e)),
+                    }
+                }
+            }
+        };
+        let answer = args::cmd(args).query_async::<Value>(&mut conn).await;
+        (opened, answer.map(|v| (v, conn)))
     }
 }
 
@@ -231,24 +280,13 @@ async fn renew_key(hold: &Shared, key: &[u8], ttl_ms: u64, bound: Duration) -> R
     // With `replicas`, a renewal not acknowledged in time does not count (WAIT after it).
     let replicas = hold.replicas.get().copied();
     let then = Replicas::after(replicas, false, bound);
-    match hold
-        .channel
-        .send_then(&line, bound, &hold.name_lossy(), "renewal", then)
-        .await
-    {
-        Ok((v, acks)) => match reply::one(&v, "LOCK.EXTEND") {
-            Ok(true) => match replicas {
-                Some(r) if !r.acks(acks.as_ref().and_then(|a| a.as_ref().ok())).1 => {
-                    Renewed::Failed
-                }
-                _ => Renewed::Extended,
-            },
-            Ok(false) => Renewed::Gone,
-            Err(_) => Renewed::Failed,
-        },
-        Err(Error::Redis(e)) if reply_text(&e).is_some_and(|t| is_wrong_type(&t)) => Renewed::Gone,
-        Err(_) => Renewed::Failed,
-    }
+    let name = hold.name_lossy();
+    let answer = hold.channel.send_then(&line, bound, &name, "renewal", then);
+    let (answer, acks) = match answer.await {
+        Ok((v, acks)) => (Ok(v), acks.and_then(|a| a.ok())),
+        Err(e) => (Err(e), None),
+    };
+    verdict::renewal(answer, acks.as_ref(), replicas)
 }
 
 async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {

@@ -94,7 +94,11 @@ impl Inner {
         name: &str,
         what: &'static str,
     ) -> Result<T> {
-        match self.channel.send(line, COMMAND_TIMEOUT, name, what).await {
+        match self
+            .channel
+            .send_once(line, COMMAND_TIMEOUT, name, what)
+            .await
+        {
             Ok(v) => reply::inner(v),
             Err(Error::Redis(e)) => Err(translate_guarded(e, name, what)),
             Err(e) => Err(e),

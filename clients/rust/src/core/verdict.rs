@@ -4,7 +4,8 @@
 use redis::Value;
 
 use super::durable::Replicas;
-use super::error::{Error, Result};
+use super::error::{is_wrong_type, reply_text, Error, Result};
+use super::lease::Renewed;
 use super::reply::{self, LockInfo};
 
 /// An extension of `name` answered `answer` (and `acks` to its `WAIT`, when `replicas` are
@@ -32,6 +33,18 @@ pub fn extension(
         }
     }
     Ok(())
+}
+
+/// A renewal in the background answered `answer` (and `acks`, when `replicas` are asked for):
+/// extended only when answered 1 and acknowledged; gone when answered 0 or the key holds another
+/// type; else failed (tried again soon, not counted by the lease clock).
+pub fn renewal(answer: Result<Value>, acks: Option<&Value>, replicas: Option<Replicas>) -> Renewed {
+    match answer.map(|v| reply::one(&v, "LOCK.EXTEND")) {
+        Ok(Ok(true)) if replicas.is_none_or(|r| r.acks(acks).1) => Renewed::Extended,
+        Ok(Ok(false)) => Renewed::Gone,
+        Err(Error::Redis(e)) if reply_text(&e).is_some_and(|t| is_wrong_type(&t)) => Renewed::Gone,
+        _ => Renewed::Failed,
+    }
 }
 
 /// Whether a release is sent: a lost hold bound to its connection was released by the server
@@ -108,6 +121,30 @@ mod tests {
             extension(Ok(Value::Int(0)), None, r, "k"),
             Err(Error::NotOwner { .. })
         ));
+    }
+
+    #[test]
+    fn renewals() {
+        let r = Replicas::new(1, Duration::from_secs(1));
+        assert_eq!(renewal(Ok(Value::Int(1)), None, None), Renewed::Extended);
+        assert_eq!(renewal(Ok(Value::Int(0)), None, None), Renewed::Gone);
+        assert_eq!(renewal(Ok(Value::Nil), None, None), Renewed::Failed);
+        assert_eq!(renewal(Err(dropped()), None, None), Renewed::Failed);
+        let wrong = match redis::parse_redis_value(b"-WRONGTYPE Operation\r\n") {
+            Ok(Value::ServerError(e)) => Error::Redis(e.into()),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(renewal(Err(wrong), None, None), Renewed::Gone);
+        assert_eq!(
+            renewal(Ok(Value::Int(1)), Some(&Value::Int(1)), r),
+            Renewed::Extended
+        );
+        assert_eq!(
+            renewal(Ok(Value::Int(1)), Some(&Value::Int(0)), r),
+            Renewed::Failed
+        );
+        assert_eq!(renewal(Ok(Value::Int(1)), None, r), Renewed::Failed);
+        assert_eq!(renewal(Ok(Value::Int(0)), None, r), Renewed::Gone);
     }
 
     #[test]

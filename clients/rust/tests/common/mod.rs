@@ -247,3 +247,12 @@ pub fn signal(server: &Server, sig: i32) {
     let rc = unsafe { libc::kill(server.pid(), sig) };
     assert_eq!(rc, 0);
 }
+
+/// The connections the server has open, besides the one that asks.
+pub fn clients_connected(server: &Server) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    list.lines().count() - 1 // the CLIENT LIST's own connection
+}
