@@ -46,6 +46,7 @@ mod hold;
 mod lost;
 mod owned;
 mod renewer;
+mod surface;
 
 use std::time::Duration;
 

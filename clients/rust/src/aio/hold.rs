@@ -8,7 +8,6 @@ use crate::core::durable::Replicas;
 use crate::core::error::Result;
 use crate::core::verdict;
 use crate::hold::Shared;
-use crate::lost::LostSignal;
 use crate::renewer::Keeper;
 
 use super::Locker;
@@ -32,32 +31,6 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
-    pub fn fence(&self) -> u64 {
-        self.state.fence
-    }
-
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.state.name
-    }
-
-    /// Held by the lease clock (asks nothing of the server).
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.state.left().is_zero()
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the hold is lost; `hold.lost().wait().await` waits for it.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn bound(&self) -> Duration {
         self.lease_left().max(Duration::from_secs(1))
     }
@@ -149,3 +122,5 @@ impl Drop for Hold {
         }
     }
 }
+
+crate::surface::hold_accessors!(one Hold);

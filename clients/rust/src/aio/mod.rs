@@ -38,7 +38,6 @@ mod multi;
 mod observe;
 mod waited;
 
-use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
@@ -219,29 +218,8 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub fn ttl(mut self, ttl: Duration) -> Lock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     pub fn mode(mut self, mode: Mode) -> Lock {
         self.mode = mode;
-        self
-    }
-
-    pub fn auto_renew(mut self, on: bool) -> Lock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss, in the runtime's renewal task (keep it short).
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    pub fn token(mut self, token: Token) -> Lock {
-        self.token = Some(token);
         self
     }
 
@@ -387,3 +365,5 @@ impl Lock {
         }))
     }
 }
+
+crate::surface::lock_builders!(Lock);

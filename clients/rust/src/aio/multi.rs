@@ -13,7 +13,6 @@ use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
 use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
-use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::{runtime_keeper, Keeper};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
@@ -50,28 +49,8 @@ impl Locker {
 }
 
 impl MultiLock {
-    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     pub fn shared(mut self, on: bool) -> MultiLock {
         self.mode = if on { Mode::Shared } else { Mode::Exclusive };
-        self
-    }
-
-    pub fn auto_renew(mut self, on: bool) -> MultiLock {
-        self.auto_renew = on;
-        self
-    }
-
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    pub fn token(mut self, token: Token) -> MultiLock {
-        self.token = Some(token);
         self
     }
 
@@ -181,37 +160,6 @@ impl std::fmt::Debug for MultiHold {
 }
 
 impl MultiHold {
-    pub fn names(&self) -> &[Vec<u8>] {
-        &self.state.keys
-    }
-
-    /// The fence of each key, in the order of the names.
-    pub fn fences(&self) -> &[u64] {
-        &self.fences
-    }
-
-    /// The fence of the key `name`; `None` if it is not one of the keys.
-    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
-        let i = self.names().iter().position(|n| n == name.as_ref())?;
-        Some(self.fences[i])
-    }
-
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn label(&self) -> String {
         self.state.name_lossy()
     }
@@ -328,3 +276,6 @@ impl Drop for MultiHold {
         }
     }
 }
+
+crate::surface::lock_builders!(MultiLock);
+crate::surface::hold_accessors!(many MultiHold);

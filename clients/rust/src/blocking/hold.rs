@@ -10,7 +10,6 @@ use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::reply;
 use crate::core::verdict;
 use crate::hold::Shared;
-use crate::lost::LostSignal;
 use crate::renewer::Keeper;
 
 use super::LockerInner;
@@ -40,38 +39,6 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> u64 {
-        self.state.fence
-    }
-
-    /// The owner token.
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &[u8] {
-        &self.state.name
-    }
-
-    /// Held by the lease clock: the lease's conservative local end has not come, and the hold
-    /// was neither lost nor released. Asks nothing of the server.
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    /// Time left on the lease clock.
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the hold is lost: a renewal found it gone, or its lease clock ran out with no
-    /// renewal answered. Signalled once per loss.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn name_lossy(&self) -> String {
         self.state.name_lossy()
     }
@@ -201,3 +168,5 @@ impl Drop for Hold {
         let _ = self.release_now();
     }
 }
+
+crate::surface::hold_accessors!(one Hold);

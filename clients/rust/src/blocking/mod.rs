@@ -23,7 +23,6 @@ use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
 use crate::hold::{HoldState, OnLost};
-use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{blocking_keeper, Channel};
 use crate::DEFAULT_LEASE;
@@ -177,36 +176,9 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// The lease of each grant (whole milliseconds, at least 1; default 30 s).
-    pub fn ttl(mut self, ttl: Duration) -> Lock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     /// Exclusive (the default), shared (`SHARED`) or one place of a semaphore (`LIMIT n`).
     pub fn mode(mut self, mode: Mode) -> Lock {
         self.mode = mode;
-        self
-    }
-
-    /// Renew the lease every third of it, until released or lost (default: true). Without,
-    /// the lease clock still runs, and the hold is signalled lost at its end.
-    pub fn auto_renew(mut self, on: bool) -> Lock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss, on the renewal thread (keep it short).
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// The owner token of the grants (default: a random 128-bit one per acquire, which a
-    /// retried acquire re-grants instead of taking a second hold); `Token::Server` asks the
-    /// server to make one (`*`).
-    pub fn token(mut self, token: Token) -> Lock {
-        self.token = Some(token);
         self
     }
 
@@ -379,3 +351,5 @@ impl Lock {
         }))
     }
 }
+
+crate::surface::lock_builders!(Lock);

@@ -14,7 +14,6 @@ use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
 use crate::core::verdict;
 use crate::hold::{HoldState, OnLost, Shared};
-use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::{blocking_keeper, run_blocking, Keeper};
 use crate::DEFAULT_LEASE;
@@ -75,33 +74,9 @@ impl std::fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    /// The lease of each grant, the same on every key (default 30 s).
-    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     /// Shared holds of every key (`SHARED`) instead of exclusive ones.
     pub fn shared(mut self, on: bool) -> MultiLock {
         self.mode = if on { Mode::Shared } else { Mode::Exclusive };
-        self
-    }
-
-    /// Renew the lease every third of it (default: true).
-    pub fn auto_renew(mut self, on: bool) -> MultiLock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss of the set, on the renewal thread.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// The owner token (default: a random one per acquire).
-    pub fn token(mut self, token: Token) -> MultiLock {
-        self.token = Some(token);
         self
     }
 
@@ -213,42 +188,6 @@ impl std::fmt::Debug for MultiHold {
 }
 
 impl MultiHold {
-    /// The keys, in the order given.
-    pub fn names(&self) -> &[Vec<u8>] {
-        &self.state.keys
-    }
-
-    /// The fence of each key, in the order of the names.
-    pub fn fences(&self) -> &[u64] {
-        &self.fences
-    }
-
-    /// The fence of the key `name`; `None` if it is not one of the keys.
-    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
-        let i = self.names().iter().position(|n| n == name.as_ref())?;
-        Some(self.fences[i])
-    }
-
-    /// The owner token, the same on every key.
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    /// Held by the lease clock (asks nothing of the server).
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    /// Time left on the set's lease clock.
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the set is lost: its lease clock ran out, or a renewal found a key gone.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn label(&self) -> String {
         self.state.name_lossy()
     }
@@ -351,3 +290,6 @@ impl Drop for MultiHold {
         let _ = self.release_now();
     }
 }
+
+crate::surface::lock_builders!(MultiLock);
+crate::surface::hold_accessors!(many MultiHold);
