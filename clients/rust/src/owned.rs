@@ -18,7 +18,7 @@ use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
 use crate::core::take::{self, Step, Take};
-use crate::hold::{HoldState, Shared};
+use crate::hold::{HoldState, Plan, Shared};
 use crate::renewer::{Channel, Keeper};
 use crate::COMMAND_TIMEOUT;
 
@@ -126,55 +126,10 @@ pub(crate) struct Granted {
 }
 
 impl Granted {
-    /// The hold of this grant of `name`, scheduled with `keeper` and watched for its
+    /// The hold of this grant as `plan` says, scheduled with `keeper` and watched for its
     /// connection's close.
-    pub fn schedule(
-        self,
-        name: &[u8],
-        ttl: Ttl,
-        auto_renew: bool,
-        on_lost: Option<crate::hold::OnLost>,
-        replicas: Option<Replicas>,
-        keeper: &Arc<Keeper>,
-    ) -> Shared {
-        let state = HoldState::new(
-            name.to_vec(),
-            self.token,
-            self.fences[0],
-            ttl.millis(),
-            self.sent,
-            auto_renew,
-            on_lost,
-            self.channel,
-        );
-        if let Some(r) = replicas {
-            let _ = state.replicas.set(r);
-        }
-        keeper.add(&state);
-        self.watch.attach(&state, keeper.clone());
-        state
-    }
-
-    /// The hold of this grant of every key of `names` (see `schedule`).
-    pub fn schedule_all(
-        self,
-        names: &[Vec<u8>],
-        ttl: Ttl,
-        auto_renew: bool,
-        on_lost: Option<crate::hold::OnLost>,
-        keeper: &Arc<Keeper>,
-    ) -> Shared {
-        let state = HoldState::multi(
-            names.to_vec(),
-            self.token,
-            self.fences[0],
-            ttl.millis(),
-            self.sent,
-            auto_renew,
-            on_lost,
-            self.channel,
-        );
-        keeper.add(&state);
+    pub fn schedule(self, plan: &Plan, keeper: &Arc<Keeper>) -> Shared {
+        let state = plan.schedule(self.token, self.fences[0], self.sent, self.channel, keeper);
         self.watch.attach(&state, keeper.clone());
         state
     }

@@ -10,7 +10,7 @@ use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{Error, Result};
 use crate::follow::{Follow, OnElected, OnNewLeader};
-use crate::hold::OnLost;
+use crate::hold::{OnLost, Plan};
 use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::runtime_keeper;
@@ -151,7 +151,10 @@ impl Election {
             let on_lost = self.run.on_lost(self.on_lost.clone());
             let keeper = runtime_keeper();
             let fence = g.fences[0];
-            let state = g.schedule(&self.name, self.lease, true, Some(on_lost), None, &keeper);
+            let state = g.schedule(
+                &Plan::one(&self.name, self.lease).renewed(true, Some(on_lost)),
+                &keeper,
+            );
             self.hold = Some(Hold {
                 state,
                 locker: self.locker.clone(),

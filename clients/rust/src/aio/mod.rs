@@ -30,7 +30,7 @@ use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
-use crate::hold::{HoldState, OnLost, Shared};
+use crate::hold::{OnLost, Plan, Shared};
 
 mod election;
 mod hold;
@@ -289,20 +289,20 @@ impl Lock {
         };
         owned::confirm(&g, &self.name, self.durable.asked(), self.ttl).await?;
         let keeper = runtime_keeper();
-        let state = g.schedule(
-            &self.name,
-            self.ttl,
-            self.auto_renew,
-            self.on_lost.clone(),
-            self.durable.asked(),
-            &keeper,
-        );
+        let state = g.schedule(&self.plan(), &keeper);
         Ok(Some(Hold {
             state,
             locker: self.locker.clone(),
             keeper,
             done: false,
         }))
+    }
+
+    /// What each hold of this lock is given.
+    fn plan(&self) -> Plan {
+        Plan::one(&self.name, self.ttl)
+            .renewed(self.auto_renew, self.on_lost.clone())
+            .replicas(self.durable.asked())
     }
 
     /// Before the first grant that asks for `WAITAOF`: the server must answer it.
@@ -342,21 +342,9 @@ impl Lock {
         let Some(g) = inner.acquire(take).await? else {
             return Ok(None);
         };
-        let state = HoldState::new(
-            self.name.clone(),
-            g.token,
-            g.fences[0],
-            self.ttl.millis(),
-            g.sent,
-            self.auto_renew,
-            self.on_lost.clone(),
-            inner.channel.clone(),
-        );
-        if let Some(r) = self.durable.asked() {
-            let _ = state.replicas.set(r);
-        }
         let keeper = runtime_keeper();
-        keeper.add(&state);
+        let (channel, plan) = (inner.channel.clone(), self.plan());
+        let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
         Ok(Some(Hold {
             state,
             locker: self.locker.clone(),

@@ -11,7 +11,7 @@ use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{translate, Error, Result};
 use crate::follow::{Follow, OnElected, OnNewLeader};
-use crate::hold::OnLost;
+use crate::hold::{OnLost, Plan};
 use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::{blocking_keeper, run_blocking};
@@ -175,8 +175,10 @@ impl Election {
                     let on_lost = self.run.on_lost(self.on_lost.clone());
                     let keeper = blocking_keeper();
                     let fence = g.fences[0];
-                    let state =
-                        g.schedule(&self.name, self.lease, true, Some(on_lost), None, &keeper);
+                    let state = g.schedule(
+                        &Plan::one(&self.name, self.lease).renewed(true, Some(on_lost)),
+                        &keeper,
+                    );
                     self.hold = Some(Hold {
                         state,
                         locker: self.locker.inner.clone(),

@@ -13,7 +13,7 @@ use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
 use crate::core::verdict;
-use crate::hold::{HoldState, OnLost, Shared};
+use crate::hold::{OnLost, Plan, Shared};
 use crate::owned;
 use crate::renewer::{blocking_keeper, run_blocking, Keeper};
 use crate::DEFAULT_LEASE;
@@ -124,6 +124,7 @@ impl MultiLock {
             Attempt::new(deadline),
         );
         let keeper = blocking_keeper();
+        let plan = Plan::all(&self.names, self.ttl).renewed(self.auto_renew, self.on_lost.clone());
         let (state, fences) = if self.ephemeral {
             let client = inner.conns.client().clone();
             let take = take.ephemeral(None);
@@ -132,27 +133,13 @@ impl MultiLock {
                 return Ok(None);
             };
             let fences = g.fences.clone();
-            let on_lost = self.on_lost.clone();
-            let names = &self.names;
-            (
-                g.schedule_all(names, self.ttl, self.auto_renew, on_lost, &keeper),
-                fences,
-            )
+            (g.schedule(&plan, &keeper), fences)
         } else {
             let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
                 return Ok(None);
             };
-            let state = HoldState::multi(
-                self.names.clone(),
-                g.token,
-                g.fences[0],
-                self.ttl.millis(),
-                g.sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            keeper.add(&state);
+            let channel = inner.channel.clone();
+            let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
             (state, g.fences)
         };
         Ok(Some(MultiHold {
