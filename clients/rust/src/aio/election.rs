@@ -11,7 +11,6 @@ use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{Error, Result};
 use crate::follow::{Follow, OnElected, OnNewLeader};
 use crate::hold::{OnLost, Plan};
-use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::runtime_keeper;
 use crate::COMMAND_TIMEOUT;
@@ -49,65 +48,6 @@ impl Locker {
 }
 
 impl Election {
-    pub fn lease(mut self, lease: Duration) -> Election {
-        self.lease = Ttl::from_duration(lease);
-        self
-    }
-
-    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Election {
-        self.data = Some(data.into());
-        self
-    }
-
-    /// Called once per loss of leadership, in the runtime's renewal task.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each term it is elected in, before the work (see the blocking
-    /// [`crate::Election::on_elected`]).
-    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
-        self.on_elected = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each change of leader an observer of its own (a task of the
-    /// runtime) sees, never after `run` returned (see the blocking
-    /// [`crate::Election::on_new_leader`]).
-    pub fn on_new_leader(
-        mut self,
-        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
-    ) -> Election {
-        self.on_new_leader = Some(Arc::new(f));
-        self
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.name
-    }
-
-    fn label(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.hold.as_ref().is_some_and(Hold::is_held)
-    }
-
-    pub fn term(&self) -> Option<u64> {
-        self.hold.as_ref().filter(|h| h.is_held()).map(Hold::fence)
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.hold.as_ref().map_or(Duration::ZERO, Hold::lease_left)
-    }
-
-    /// The lost signal of the last term granted (`None` before the first).
-    pub fn lost(&self) -> Option<LostSignal> {
-        self.hold.as_ref().map(Hold::lost)
-    }
-
     /// Waits in the server to lead, up to `wait` (`None`: without limit): the term;
     /// `Error::Busy` if not elected in time. Dropping the future leaves the queue at once.
     pub async fn campaign(&mut self, wait: Option<Duration>) -> Result<u64> {
@@ -305,3 +245,5 @@ impl Election {
         }
     }
 }
+
+crate::surface::election_surface!(Election);

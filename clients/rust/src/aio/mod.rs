@@ -218,39 +218,6 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub fn mode(mut self, mode: Mode) -> Lock {
-        self.mode = mode;
-        self
-    }
-
-    /// Bind each grant to a connection of its own (see the blocking [`crate::Lock::ephemeral`]).
-    pub fn ephemeral(mut self, on: bool) -> Lock {
-        self.ephemeral = on;
-        self
-    }
-
-    /// Grants and extensions acknowledged by `replicas` replicas (see the blocking
-    /// [`crate::Lock::replicas`]).
-    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.durable.replicas = replicas;
-        self.durable.timeout = timeout;
-        self
-    }
-
-    /// Grants and extensions fsynced to the master's AOF (see the blocking
-    /// [`crate::Lock::aof_local`]).
-    pub fn aof_local(mut self, on: bool) -> Lock {
-        self.durable.aof_local = on;
-        self
-    }
-
-    /// Grants and extensions fsynced to the AOF of `replicas` replicas (see the blocking
-    /// [`crate::Lock::aof_replicas`]).
-    pub fn aof_replicas(mut self, replicas: u64) -> Lock {
-        self.durable.aof_replicas = replicas;
-        self
-    }
-
     fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
@@ -355,3 +322,4 @@ impl Lock {
 }
 
 crate::surface::lock_builders!(Lock);
+crate::surface::durable_builders!(Lock);

@@ -54,13 +54,6 @@ impl MultiLock {
         self
     }
 
-    /// Bind each grant to a connection of its own (see the blocking
-    /// [`crate::MultiLock::ephemeral`]).
-    pub fn ephemeral(mut self, on: bool) -> MultiLock {
-        self.ephemeral = on;
-        self
-    }
-
     pub fn names(&self) -> &[Vec<u8>] {
         &self.names
     }

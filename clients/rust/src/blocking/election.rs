@@ -12,7 +12,6 @@ use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{translate, Error, Result};
 use crate::follow::{Follow, OnElected, OnNewLeader};
 use crate::hold::{OnLost, Plan};
-use crate::lost::{Lost, LostSignal};
 use crate::owned;
 use crate::renewer::{blocking_keeper, run_blocking};
 use crate::COMMAND_TIMEOUT;
@@ -61,71 +60,6 @@ impl std::fmt::Debug for Election {
 }
 
 impl Election {
-    /// The lease of a term (default 10 s): a leader cut off from the server is signalled lost,
-    /// and succeeded, within it.
-    pub fn lease(mut self, lease: Duration) -> Election {
-        self.lease = Ttl::from_duration(lease);
-        self
-    }
-
-    /// The candidate's public data (1 to 4096 bytes), what observers see while it leads.
-    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Election {
-        self.data = Some(data.into());
-        self
-    }
-
-    /// Called once per loss of leadership, on the renewal thread.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each term it is elected in, before the work (also for a term
-    /// that ended already, whose work is not called).
-    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
-        self.on_elected = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each change of leader an observer of its own sees (`Some`: a new
-    /// leader or value; `None`: nobody leads after a leader), from a thread of the run's own,
-    /// never after `run` returned.
-    pub fn on_new_leader(
-        mut self,
-        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
-    ) -> Election {
-        self.on_new_leader = Some(Arc::new(f));
-        self
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.name
-    }
-
-    fn label(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
-    }
-
-    /// This candidate leads: its term was granted and its lease clock has not run out.
-    pub fn is_leader(&self) -> bool {
-        self.hold.as_ref().is_some_and(Hold::is_held)
-    }
-
-    /// The term this candidate leads in.
-    pub fn term(&self) -> Option<u64> {
-        self.hold.as_ref().filter(|h| h.is_held()).map(Hold::fence)
-    }
-
-    /// Time left on the term's lease clock (zero when not leading).
-    pub fn lease_left(&self) -> Duration {
-        self.hold.as_ref().map_or(Duration::ZERO, Hold::lease_left)
-    }
-
-    /// The lost signal of the last term granted (`None` before the first).
-    pub fn lost(&self) -> Option<LostSignal> {
-        self.hold.as_ref().map(Hold::lost)
-    }
-
     /// Waits in the server to lead (first come, first served among the candidates), up to
     /// `wait` (`None`: without limit): the term. At once if this candidate leads already;
     /// `Error::Busy` if not elected in time.
@@ -323,3 +257,5 @@ impl Election {
         }
     }
 }
+
+crate::surface::election_surface!(Election);

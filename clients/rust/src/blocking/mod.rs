@@ -176,51 +176,6 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// Exclusive (the default), shared (`SHARED`) or one place of a semaphore (`LIMIT n`).
-    pub fn mode(mut self, mode: Mode) -> Lock {
-        self.mode = mode;
-        self
-    }
-
-    /// Bind each grant to a connection opened for it alone (`EPHEMERAL`): the grant, renewals,
-    /// extensions and release go on it; when it closes, the server releases the hold at once,
-    /// and the hold is signalled lost as soon as the socket reports the close
-    /// (`LostReason::ConnectionClosed`). A successor may be granted before that: write with
-    /// the fence.
-    pub fn ephemeral(mut self, on: bool) -> Lock {
-        self.ephemeral = on;
-        self
-    }
-
-    /// Report a grant or an extension only once `replicas` replicas acknowledged it (`WAIT
-    /// replicas timeout` on its connection, after it; 0, the default, asks nothing): a grant
-    /// not acknowledged within `timeout` (nor the lease) is released and fails with
-    /// `Error::NotReplicated`, an extension fails with it and leaves the lease clock where it
-    /// was; a renewal in the background not acknowledged does not count for the lease clock.
-    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.durable.replicas = replicas;
-        self.durable.timeout = timeout;
-        self
-    }
-
-    /// Report a grant or an extension only once it is fsynced to the master's AOF as well
-    /// (`WAITAOF 1 …` after it, on its connection; Redis 7.2+, Valkey 8+), within the timeout
-    /// given to `replicas` (default 1 s): not in time, and it fails with
-    /// `Error::NotReplicated` as for `replicas`. Before the first grant the server is asked
-    /// whether it can answer `WAITAOF` (`WAITAOF 1 0 1`): where it has none (Redis 7.0) or
-    /// `appendonly` is off, the acquire fails with `Error::Unsupported` and nothing is taken.
-    pub fn aof_local(mut self, on: bool) -> Lock {
-        self.durable.aof_local = on;
-        self
-    }
-
-    /// Report a grant or an extension only once `replicas` replicas fsynced it to their AOF
-    /// (`WAITAOF … replicas timeout`; 0, the default, asks nothing), as `aof_local`.
-    pub fn aof_replicas(mut self, replicas: u64) -> Lock {
-        self.durable.aof_replicas = replicas;
-        self
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -341,3 +296,4 @@ impl Lock {
 }
 
 crate::surface::lock_builders!(Lock);
+crate::surface::durable_builders!(Lock);

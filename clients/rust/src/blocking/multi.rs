@@ -80,15 +80,6 @@ impl MultiLock {
         self
     }
 
-    /// Bind each grant to a connection opened for it alone (`EPHEMERAL` on every key): the
-    /// grant, renewals, extensions and release go on it; when it closes, the server releases
-    /// every key at once, and the set is signalled lost as soon as the socket reports the close
-    /// (`LostReason::ConnectionClosed`), as for [`crate::Lock::ephemeral`].
-    pub fn ephemeral(mut self, on: bool) -> MultiLock {
-        self.ephemeral = on;
-        self
-    }
-
     /// The names, as given.
     pub fn names(&self) -> &[Vec<u8>] {
         &self.names
