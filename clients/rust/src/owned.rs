@@ -251,13 +251,14 @@ fn bind(
     channel: &mut Option<(Arc<Channel>, Arc<Watch>)>,
     last: &mut Option<(MultiplexedConnection, Arc<Watch>)>,
 ) -> Result<(Arc<Channel>, Arc<Watch>)> {
-    if channel.is_none() {
-        let Some((conn, watch)) = last.take() else {
-            return Err(Error::Invalid("a grant without its connection".into()));
-        };
-        let ch = Channel::owned(conn);
-        keep_alive(&ch);
-        *channel = Some((ch, watch));
+    if let Some(bound) = channel {
+        return Ok(bound.clone());
     }
-    Ok(channel.clone().expect("bound above"))
+    let Some((conn, watch)) = last.take() else {
+        return Err(Error::Invalid("a grant without its connection".into()));
+    };
+    let ch = Channel::owned(conn);
+    keep_alive(&ch);
+    *channel = Some((ch.clone(), watch.clone()));
+    Ok((ch, watch))
 }
