@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redislock_client::{aio, Error, Locker};
 
-use crate::common::{signal, Server};
+use crate::common::{signal, until, Server};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -164,5 +164,45 @@ async fn grants_wait_for_fsyncs_async() {
         assert!(t.elapsed() >= 300 * MS, "WAITAOF waited: {:?}", t.elapsed());
         assert_eq!(lock.info().await.unwrap(), None, "the grant was released");
     }
+    signal(&replica, libc::SIGCONT);
+}
+
+/// Renewals are followed by WAITAOF too: with the replica stopped, none counts, and the hold
+/// is lost when its lease clock runs out (the server still has it, renewed).
+#[test]
+fn renewals_not_fsynced_do_not_count() {
+    let master = Server::start_with(AOF);
+    if !has_waitaof(&master) {
+        return; // refused before any grant (above)
+    }
+    let replica = Server::replica_of_with(&master, AOF);
+    let locker = Locker::open(master.url().as_str()).unwrap();
+    let lock = locker
+        .lock("lock:renewed")
+        .ttl(900 * MS)
+        .aof_replicas(1)
+        .replicas(0, 100 * MS);
+    // A replica's fsync is now and then acknowledged only at its once-a-second report, past
+    // this lock's 100 ms: such a grant is given back, and taken again; such a renewal does not
+    // count (the hold may even be lost before the replica stops: the checks below hold then
+    // too).
+    let (extends, aofs) = (master.calls("lock.extend"), master.calls("waitaof"));
+    let deadline = Instant::now() + 20 * SEC;
+    let hold = loop {
+        match lock.try_acquire() {
+            Ok(Some(hold)) => break hold,
+            Err(Error::NotReplicated { .. }) if Instant::now() < deadline => continue,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    };
+    signal(&replica, libc::SIGSTOP);
+    let lost = hold.lost().wait_timeout(10 * SEC).expect("lost");
+    assert_eq!(lost.reason, redislock_client::LostReason::LeaseRanOut);
+    let renewals = master.calls("lock.extend") - extends;
+    assert!(renewals > 0, "renewals were sent");
+    // Each grant and renewal followed by a WAITAOF, counted once it answered (at its timeout).
+    until(10 * SEC, "the renewals' WAITAOF", || {
+        master.calls("waitaof") - aofs > renewals
+    });
     signal(&replica, libc::SIGCONT);
 }
