@@ -46,6 +46,7 @@ mod hold;
 mod lost;
 mod owned;
 mod renewer;
+mod route;
 
 use std::time::Duration;
 

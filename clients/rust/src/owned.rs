@@ -15,7 +15,7 @@ use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 use crate::core::acquire::{Attempt, Next};
 use crate::core::args::{self, Acquire, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
-use crate::core::error::{Error, Result};
+use crate::core::error::{reply_text, Error, Result};
 use crate::core::lease::LostReason;
 use crate::core::reply;
 use crate::hold::{HoldState, Shared};
@@ -78,6 +78,49 @@ impl Watch {
         if self.closed.load(Ordering::SeqCst) {
             self.closed();
         }
+    }
+}
+
+/// Where a bound hold's connection goes: the one server, or the master of its key.
+pub(crate) enum Target {
+    One(redis::Client),
+    Cluster(Arc<crate::route::Route>),
+}
+
+impl From<&redis::Client> for Target {
+    fn from(client: &redis::Client) -> Target {
+        Target::One(client.clone())
+    }
+}
+
+type Node = redis::RedisResult<(redis::Client, bool)>;
+
+impl Target {
+    /// The client of the server to open a connection to for `key`, and whether its request
+    /// goes after `ASKING`.
+    async fn node(&self, key: &[u8]) -> Node {
+        match self {
+            Target::One(c) => Ok((c.clone(), false)),
+            Target::Cluster(route) => route.client_for(key).await,
+        }
+    }
+
+    /// The error `e` of a send to `node`, as the acquire's decisions take it: on a Cluster, a
+    /// redirect is learnt, and a node that could not be reached is `NODE_LOST`.
+    fn learn(&self, e: redis::RedisError, node: Node) -> redis::RedisError {
+        let Target::Cluster(route) = self else {
+            return e;
+        };
+        let addr = node.map_or(String::new(), |(c, _)| {
+            match c.get_connection_info().addr() {
+                redis::ConnectionAddr::Tcp(h, p) => format!("{h}:{p}"),
+                _ => String::new(),
+            }
+        });
+        if route.learn(&e, &addr).is_none() && reply_text(&e).is_none() && !e.is_timeout() {
+            return crate::route::server_error(crate::core::redirect::NODE_LOST);
+        }
+        e
     }
 }
 
@@ -153,12 +196,14 @@ pub(crate) async fn confirm(
 }
 
 /// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send
-/// after a failure); the decisions are the core's, as for any acquire.
+/// after a failure; on a Cluster, to the master of the key then); the decisions are the core's,
+/// as for any acquire.
 pub(crate) async fn acquire(
-    client: &redis::Client,
+    target: impl Into<Target>,
     spec: Spec<'_>,
     mut attempt: Attempt,
 ) -> Result<Option<Granted>> {
+    let target = target.into();
     let name = String::from_utf8_lossy(spec.name).into_owned();
     loop {
         let Some(wait) = attempt.wait(Instant::now()) else {
@@ -176,8 +221,13 @@ pub(crate) async fn acquire(
         .args();
         let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
         let sent = Instant::now();
+        let node = target.node(spec.name).await;
         let run = async {
-            let (mut conn, watch) = open(client).await?;
+            let (client, asking) = node.clone()?;
+            let (mut conn, watch) = open(&client).await?;
+            if asking {
+                redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
+            }
             let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
             Ok::<_, redis::RedisError>((v, conn, watch))
         };
@@ -196,7 +246,7 @@ pub(crate) async fn acquire(
         };
         let (v, conn, watch) = match answer {
             Ok(x) => x,
-            Err(e) => match attempt.failed(e, &name, Instant::now()) {
+            Err(e) => match attempt.failed(target.learn(e, node), &name, Instant::now()) {
                 Next::Again => continue,
                 Next::Pause(d) => {
                     tokio::time::sleep(d).await;

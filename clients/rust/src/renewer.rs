@@ -39,6 +39,8 @@ pub(crate) fn unbounded() -> redis::AsyncConnectionConfig {
 /// only when the hold ends (closing it ends the hold in the server).
 pub(crate) struct Channel {
     client: Option<redis::Client>,
+    /// On a Cluster: every request goes through the locker's route instead.
+    route: Option<Arc<crate::route::Route>>,
     conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
     /// When the last request went out on it (the keep-alive of a bound hold's connection).
     last_used: Mutex<Instant>,
@@ -48,6 +50,7 @@ impl Channel {
     pub fn new(client: redis::Client) -> Arc<Channel> {
         Arc::new(Channel {
             client: Some(client),
+            route: None,
             conn: tokio::sync::Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
         })
@@ -57,13 +60,24 @@ impl Channel {
     pub fn owned(conn: MultiplexedConnection) -> Arc<Channel> {
         Arc::new(Channel {
             client: None,
+            route: None,
             conn: tokio::sync::Mutex::new(Some(conn)),
             last_used: Mutex::new(Instant::now()),
         })
     }
 
+    /// The channel of a locker on a Cluster: each request to the master of its key.
+    pub fn routed(route: Arc<crate::route::Route>) -> Arc<Channel> {
+        Arc::new(Channel {
+            client: None,
+            route: Some(route),
+            conn: tokio::sync::Mutex::new(None),
+            last_used: Mutex::new(Instant::now()),
+        })
+    }
+
     pub fn is_owned(&self) -> bool {
-        self.client.is_none()
+        self.client.is_none() && self.route.is_none()
     }
 
     /// When a request last went out on it.
@@ -114,6 +128,9 @@ impl Channel {
         then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
     ) -> Result<(Value, Option<Result<Value, Error>>), Error> {
         self.touch();
+        if let Some(route) = &self.route {
+            return crate::route::channel_send(route, args, bound, name, what, then).await;
+        }
         let attempt = async {
             let mut conn = {
                 let mut slot = self.conn.lock().await;

@@ -5,6 +5,7 @@ mod common;
 
 mod aio;
 mod blocking;
+mod cluster;
 mod durable;
 mod election;
 mod election_run;

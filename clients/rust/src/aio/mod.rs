@@ -16,6 +16,7 @@ use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
 use crate::hold::{HoldState, OnLost, Shared};
 
+mod cluster;
 mod election;
 mod hold;
 mod multi;
@@ -34,6 +35,8 @@ pub use observe::Observer;
 struct Inner {
     client: redis::Client,
     channel: Arc<Channel>,
+    /// On a Cluster: the slot table and the nodes' connections.
+    route: Option<Arc<crate::route::Route>>,
 }
 
 impl Inner {
@@ -100,7 +103,7 @@ impl Inner {
 
     /// A wait, on a connection of its own.
     async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
-        let answer = waited::wait(&self.client, line, bound, |_| None).await?;
+        let answer = waited::wait(self, line, bound, |_| None).await?;
         Ok(answer.map(|(v, _)| v))
     }
 }
@@ -118,6 +121,7 @@ impl Locker {
             inner: Arc::new(Inner {
                 channel: Channel::new(client.clone()),
                 client,
+                route: None,
             }),
         }
     }
@@ -273,7 +277,7 @@ impl Lock {
             data: None,
         };
         let Some(g) =
-            owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?
+            owned::acquire(self.locker.inner.target(), spec, Attempt::new(deadline)).await?
         else {
             return Ok(None);
         };
@@ -337,13 +341,8 @@ impl Lock {
                     Err(Error::Redis(e)) => Err(e),
                     Err(e) => return Err(e),
                 },
-                _ => match waited::wait(
-                    &inner.client,
-                    &line,
-                    Attempt::bound(wait, COMMAND_TIMEOUT),
-                    then,
-                )
-                .await
+                _ => match waited::wait(inner, &line, Attempt::bound(wait, COMMAND_TIMEOUT), then)
+                    .await
                 {
                     Ok(Some(v)) => Ok(v),
                     Ok(None) => {

@@ -11,11 +11,20 @@ use crate::core::args;
 /// Sends `line` on a new connection, its reply within `bound` (`None` past it), then on it the
 /// follow-up `then` makes of the reply, if any (its answer, or `None` if it failed).
 pub(super) async fn wait(
-    client: &redis::Client,
+    inner: &super::Inner,
     line: &[Vec<u8>],
     bound: Duration,
     then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
 ) -> redis::RedisResult<Option<(Value, Option<Value>)>> {
+    if let Some(route) = &inner.route {
+        // On a Cluster: to the master of the key, on a new connection as here.
+        return match route.send(line, bound, then).await {
+            Ok((v, followed)) => Ok(Some((v, followed.and_then(|f| f.ok())))),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        };
+    }
+    let client = &inner.client;
     let run = async {
         // Without the crate's default response timeout: the wait has its own bound.
         let mut conn = crate::renewer::connect(client).await?;

@@ -2,13 +2,14 @@
 //! bounded; a wait (`BLOCK`) reads for as long as it waits, on a connection no other command
 //! shares meanwhile.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
 
 use crate::core::args;
 use crate::core::error::reply_text;
+use crate::route::{self, Route};
 
 /// How many idle connections a locker keeps.
 const IDLE: usize = 4;
@@ -16,6 +17,8 @@ const IDLE: usize = 4;
 pub(crate) struct Conns {
     client: redis::Client,
     idle: Mutex<Vec<Connection>>,
+    /// On a Cluster: every request goes through the locker's route instead.
+    route: Option<Arc<Route>>,
 }
 
 impl Conns {
@@ -23,6 +26,35 @@ impl Conns {
         Conns {
             client,
             idle: Mutex::new(Vec::new()),
+            route: None,
+        }
+    }
+
+    /// The connections of a locker on a Cluster (`client` is its first node's).
+    pub fn routed(client: redis::Client, route: Arc<Route>) -> Conns {
+        Conns {
+            route: Some(route),
+            ..Conns::new(client)
+        }
+    }
+
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        self.route.as_ref()
+    }
+
+    /// Where a connection-bound hold's own connection goes.
+    pub fn target(&self) -> crate::owned::Target {
+        match &self.route {
+            Some(r) => crate::owned::Target::Cluster(r.clone()),
+            None => crate::owned::Target::One(self.client.clone()),
+        }
+    }
+
+    /// New connections to the same server, or the same Cluster.
+    pub fn again(&self) -> Conns {
+        Conns {
+            route: self.route.clone(),
+            ..Conns::new(self.client.clone())
         }
     }
 
@@ -57,6 +89,9 @@ impl Conns {
 
     /// `send`, never sent twice (a guarded write: its inner command might run twice).
     pub fn send_once(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        if let Some(route) = &self.route {
+            return route::send_blocking(route, args, bound, |_: &Value| None).map(|(v, _)| v);
+        }
         let started = Instant::now();
         let (mut conn, _) = self.take(bound.max(Duration::from_millis(1)))?;
         let answer = Self::query(&mut conn, args, left(bound, started));
@@ -72,8 +107,11 @@ impl Conns {
         &self,
         args: &[Vec<u8>],
         bound: Duration,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)> + Send + 'static,
     ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
+        if let Some(route) = &self.route {
+            return route::send_blocking(route, args, bound, then);
+        }
         // The bound counts from the call: opening a connection takes its part.
         let started = Instant::now();
         let (mut conn, pooled) = self.take(bound.max(Duration::from_millis(1)))?;

@@ -1,5 +1,6 @@
 //! The blocking front end: `Locker`, `Lock`, `Hold`.
 
+mod cluster;
 mod conn;
 mod election;
 mod hold;
@@ -62,11 +63,14 @@ impl Locker {
     /// must not wait on one slow server of several (Redlock). Connections are not shared with
     /// the locker it was made from.
     pub fn with_timeout(&self, timeout: Duration) -> Locker {
-        let client = self.client().clone();
+        let conns = self.inner.conns.again();
         Locker {
             inner: Arc::new(LockerInner {
-                channel: Channel::new(client.clone()),
-                conns: conn::Conns::new(client),
+                channel: match conns.route() {
+                    Some(route) => Channel::routed(route.clone()),
+                    None => Channel::new(self.client().clone()),
+                },
+                conns,
                 timeout: timeout.max(Duration::from_millis(1)),
             }),
         }
@@ -256,12 +260,8 @@ impl Lock {
     fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let (client, name, ttl, mode) = (
-            inner.conns.client().clone(),
-            self.name.clone(),
-            self.ttl,
-            self.mode,
-        );
+        let (target, name, ttl, mode) =
+            (inner.conns.target(), self.name.clone(), self.ttl, self.mode);
         let replicas = self.replicas;
         let granted = crate::renewer::run_blocking(async move {
             let spec = owned::Spec {
@@ -271,7 +271,7 @@ impl Lock {
                 mode,
                 data: None,
             };
-            let g = owned::acquire(&client, spec, Attempt::new(deadline)).await?;
+            let g = owned::acquire(target, spec, Attempt::new(deadline)).await?;
             if let Some(g) = &g {
                 owned::confirm(g, &name, replicas, ttl).await?;
             }

@@ -10,4 +10,5 @@ pub mod error;
 pub mod lease;
 pub mod locked;
 pub mod multi;
+pub mod redirect;
 pub mod reply;

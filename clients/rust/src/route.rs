@@ -1,0 +1,384 @@
+//! A locker's connections on a Redis Cluster: its own slot table (`CLUSTER SLOTS`, then each
+//! `MOVED`), one multiplexed connection of its own to each master for its commands, and a new
+//! connection to the key's master for each wait in the server (closing it drops the waiter).
+//!
+//! A command follows `MOVED` and `ASK` (sent after `ASKING`, on the same connection), waits out
+//! `TRYAGAIN` and `CLUSTERDOWN`, and when a node does not answer (a failover) reads the table
+//! again and sends once more, all within its bound. A guarded write is never sent again once it
+//! may have reached a node. A wait is never sent again here: its `BLOCK` is the time it had left
+//! when it was built, so a redirect goes back to the acquire, which builds it again from its
+//! deadline (`core::acquire`, `core::redirect`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
+
+use crate::core::args;
+use crate::core::error::{reply_text, Error};
+use crate::core::redirect::{self, Redirect, SlotMap};
+
+/// The bound of each `CLUSTER SLOTS` of a refresh.
+const REFRESH_BOUND: Duration = Duration::from_secs(1);
+
+/// A follow-up's answer (`WAIT` after a grant), if one was sent.
+pub(crate) type Followed = Option<RedisResult<Value>>;
+
+/// A follow-up of a request: the line and bound it makes of the reply, if any.
+pub(crate) trait Then: FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)> {}
+impl<F: FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>> Then for F {}
+
+pub(crate) struct Route {
+    seeds: Vec<ConnectionInfo>,
+    map: Mutex<SlotMap>,
+    /// Read the table again before the next request (a node was lost, the cluster was down).
+    stale: AtomicBool,
+    /// Where the next request of a slot goes after `ASKING` (one request each).
+    asks: Mutex<HashMap<u16, String>>,
+    conns: tokio::sync::Mutex<HashMap<String, MultiplexedConnection>>,
+}
+
+/// A server error reply of the client's own making.
+pub(crate) fn server_error(text: &str) -> redis::RedisError {
+    match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+        Ok(Value::ServerError(e)) => e.into(),
+        _ => std::io::Error::other(text.to_string()).into(),
+    }
+}
+
+pub(crate) fn timed_out() -> redis::RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer within the bound").into()
+}
+
+async fn within<T>(
+    until: Option<Instant>,
+    work: impl std::future::Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match until {
+        None => work.await,
+        Some(at) => tokio::time::timeout_at(at.into(), work)
+            .await
+            .unwrap_or_else(|_| Err(timed_out())),
+    }
+}
+
+/// Sleeps `pause` if it ends before `until`; `Err(err)` if not.
+async fn pause(pause: Duration, until: Option<Instant>, err: redis::RedisError) -> RedisResult<()> {
+    if until.is_some_and(|u| Instant::now() + pause >= u) {
+        return Err(err);
+    }
+    tokio::time::sleep(pause).await;
+    Ok(())
+}
+
+fn host_of(info: &ConnectionInfo) -> String {
+    match info.addr() {
+        ConnectionAddr::Tcp(h, _) => h.clone(),
+        _ => String::new(),
+    }
+}
+
+async fn query(
+    conn: &mut MultiplexedConnection,
+    line: &[Vec<u8>],
+    asking: bool,
+) -> RedisResult<Value> {
+    if !asking {
+        return args::cmd(line).query_async::<Value>(conn).await;
+    }
+    // One pipeline, so that nothing else goes between `ASKING` and the request.
+    let mut pipe = redis::pipe();
+    pipe.cmd("ASKING").ignore().add_command(args::cmd(line));
+    let mut answers: Vec<Value> = pipe.query_async(conn).await?;
+    answers.pop().ok_or_else(|| server_error("ERR no reply"))
+}
+
+/// The follow-up `then` makes of `v`, on `conn`.
+async fn follow(conn: &mut MultiplexedConnection, v: &Value, then: impl Then) -> Followed {
+    let (line, bound) = then(v)?;
+    let until = Instant::now().checked_add(bound);
+    Some(within(until, args::cmd(&line).query_async::<Value>(conn)).await)
+}
+
+impl Route {
+    /// A route through the cluster of `seeds` (any of its nodes; the first one's settings, its
+    /// password, protocol, are every node's).
+    pub fn new(seeds: Vec<ConnectionInfo>) -> RedisResult<Arc<Route>> {
+        if seeds.is_empty() {
+            return Err(server_error("ERR a Cluster needs at least one node"));
+        }
+        Ok(Arc::new(Route {
+            seeds,
+            map: Mutex::new(SlotMap::default()),
+            stale: AtomicBool::new(true),
+            asks: Mutex::new(HashMap::new()),
+            conns: tokio::sync::Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// The first node given: its settings are every node's.
+    pub fn seed(&self) -> &ConnectionInfo {
+        &self.seeds[0]
+    }
+
+    fn map(&self) -> MutexGuard<'_, SlotMap> {
+        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn asks(&self) -> MutexGuard<'_, HashMap<u16, String>> {
+        self.asks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn info_of(&self, addr: &str) -> RedisResult<ConnectionInfo> {
+        let (host, port) = redirect::split_addr(addr)
+            .ok_or_else(|| server_error(&format!("ERR not a node address: {addr}")))?;
+        Ok(self
+            .seed()
+            .clone()
+            .set_addr(ConnectionAddr::Tcp(host.to_string(), port)))
+    }
+
+    /// A client of the node at `addr` (`host:port`), with the cluster's settings.
+    pub fn client_of(&self, addr: &str) -> RedisResult<redis::Client> {
+        redis::Client::open(self.info_of(addr)?)
+    }
+
+    /// Reads the slot table again, from the first node that answers: the masters known, then
+    /// the nodes given.
+    async fn refresh(&self) -> RedisResult<()> {
+        let known = self.map().masters();
+        let mut nodes: Vec<ConnectionInfo> =
+            known.iter().filter_map(|a| self.info_of(a).ok()).collect();
+        nodes.extend(self.seeds.iter().cloned());
+        let mut last = server_error(redirect::NODE_LOST);
+        for info in nodes {
+            let host = host_of(&info);
+            let client = redis::Client::open(info)?;
+            let asked = within(Instant::now().checked_add(REFRESH_BOUND), async {
+                let mut c = crate::renewer::connect(&client).await?;
+                redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async::<Value>(&mut c)
+                    .await
+            })
+            .await;
+            match asked.map(|v| SlotMap::from_slots(&v, &host)) {
+                Ok(Some(map)) => {
+                    *self.map() = map;
+                    self.stale.store(false, Ordering::SeqCst);
+                    return Ok(());
+                }
+                Ok(None) => last = server_error("ERR not a CLUSTER SLOTS reply"),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Where the next request of `slot` goes, and whether after `ASKING`.
+    async fn target(&self, slot: Option<u16>) -> RedisResult<(String, bool)> {
+        if let Some(addr) = slot.and_then(|s| self.asks().remove(&s)) {
+            return Ok((addr, true));
+        }
+        let slot = slot.unwrap_or(0);
+        let known = self.map().owner(slot);
+        match known {
+            Some(a) if !self.stale.load(Ordering::SeqCst) => Ok((a.to_string(), false)),
+            _ => {
+                self.refresh().await?;
+                let owner = self.map().owner(slot);
+                owner
+                    .map(|a| (a.to_string(), false))
+                    .ok_or_else(|| server_error("CLUSTERDOWN Hash slot not served"))
+            }
+        }
+    }
+
+    /// The client of the master of `key` now (a connection-bound hold opens its own there), and
+    /// whether its first request goes after `ASKING`.
+    pub async fn client_for(&self, key: &[u8]) -> RedisResult<(redis::Client, bool)> {
+        let (addr, asking) = self.target(Some(redirect::key_slot(key))).await?;
+        Ok((self.client_of(&addr)?, asking))
+    }
+
+    /// Learns what the error `e` of the node at `addr` says of the slot table.
+    pub fn learn(&self, e: &redis::RedisError, addr: &str) -> Option<Redirect> {
+        let r = reply_text(e).as_deref().and_then(redirect::parse);
+        let Some(r) = r else {
+            if reply_text(e).is_none() {
+                self.stale.store(true, Ordering::SeqCst); // the node is gone, or going
+            }
+            return None;
+        };
+        let host = redirect::split_addr(addr).map_or("", |(h, _)| h);
+        match &r {
+            Redirect::Moved { slot, addr } => {
+                self.map().moved(*slot, &redirect::resolve(addr, host))
+            }
+            Redirect::Ask { slot, addr } => {
+                self.asks().insert(*slot, redirect::resolve(addr, host));
+            }
+            Redirect::TryAgain => {}
+            Redirect::Down => self.stale.store(true, Ordering::SeqCst),
+        }
+        Some(r)
+    }
+
+    async fn shared(&self, addr: &str) -> RedisResult<MultiplexedConnection> {
+        if let Some(c) = self.conns.lock().await.get(addr) {
+            return Ok(c.clone());
+        }
+        let c = crate::renewer::connect(&self.client_of(addr)?).await?;
+        self.conns.lock().await.insert(addr.to_string(), c.clone());
+        Ok(c)
+    }
+
+    async fn forget(&self, addr: &str) {
+        self.conns.lock().await.remove(addr);
+        self.stale.store(true, Ordering::SeqCst);
+    }
+
+    /// Sends `line` to the master of its key, its reply within `bound`, then on the same
+    /// connection the follow-up `then` makes of it. A timeout is an I/O `TimedOut` error.
+    pub async fn send(
+        &self,
+        line: &[Vec<u8>],
+        bound: Duration,
+        then: impl Then,
+    ) -> RedisResult<(Value, Followed)> {
+        let slot = redirect::slot_of(line).map_err(server_error)?;
+        let until = Instant::now().checked_add(bound);
+        if redirect::is_wait(line) {
+            return self.wait(line, slot, until, then).await;
+        }
+        let once = redirect::is_guarded(line);
+        let mut hops = 0;
+        loop {
+            let (addr, asking) = match within(until, self.target(slot)).await {
+                Ok(t) => t,
+                Err(e) if e.is_timeout() => return Err(e),
+                Err(e) => {
+                    pause(redirect::DOWN_PAUSE, until, e).await?;
+                    continue;
+                }
+            };
+            let mut conn = match within(until, self.shared(&addr)).await {
+                Ok(c) => c,
+                Err(e) if e.is_timeout() => return Err(e),
+                Err(e) => {
+                    // Not sent: a node that is gone (a failover), or not up yet.
+                    self.forget(&addr).await;
+                    pause(redirect::DOWN_PAUSE, until, e).await?;
+                    continue;
+                }
+            };
+            let e = match within(until, query(&mut conn, line, asking)).await {
+                Ok(v) => {
+                    let followed = follow(&mut conn, &v, then).await;
+                    return Ok((v, followed));
+                }
+                Err(e) => e,
+            };
+            if reply_text(&e).is_none() {
+                self.forget(&addr).await;
+                if once || e.is_timeout() {
+                    return Err(e);
+                }
+                pause(redirect::DOWN_PAUSE, until, e).await?;
+                continue;
+            }
+            match self.learn(&e, &addr) {
+                None => return Err(e),
+                Some(Redirect::Moved { .. } | Redirect::Ask { .. }) => {
+                    hops += 1;
+                    if hops > redirect::MAX_HOPS {
+                        return Err(e);
+                    }
+                }
+                Some(Redirect::TryAgain) => pause(redirect::TRYAGAIN_PAUSE, until, e).await?,
+                Some(Redirect::Down) => pause(redirect::DOWN_PAUSE, until, e).await?,
+            }
+        }
+    }
+
+    /// A wait, sent once on a new connection to the master of its slot. A redirect is learnt
+    /// and returned; a node that fails or refuses the connection is `NODE_LOST`.
+    async fn wait(
+        &self,
+        line: &[Vec<u8>],
+        slot: Option<u16>,
+        until: Option<Instant>,
+        then: impl Then,
+    ) -> RedisResult<(Value, Followed)> {
+        let (addr, asking) = match within(until, self.target(slot)).await {
+            Ok(t) => t,
+            Err(e) if e.is_timeout() => return Err(e),
+            Err(_) => return Err(server_error(redirect::NODE_LOST)),
+        };
+        let client = self.client_of(&addr)?;
+        let answer = within(until, async {
+            let mut conn = crate::renewer::connect(&client).await?;
+            let v = query(&mut conn, line, asking).await?;
+            Ok((v, conn))
+        })
+        .await;
+        match answer {
+            Ok((v, mut conn)) => {
+                let followed = follow(&mut conn, &v, then).await;
+                Ok((v, followed))
+            }
+            Err(e) if e.is_timeout() => Err(e),
+            Err(e) => match self.learn(&e, &addr) {
+                Some(_) => Err(e),
+                None if reply_text(&e).is_some() => Err(e),
+                None => Err(server_error(redirect::NODE_LOST)),
+            },
+        }
+    }
+}
+
+/// `Route::send` for a `Channel`: a timeout is `Error::Timeout`.
+pub(crate) async fn channel_send(
+    route: &Route,
+    line: &[Vec<u8>],
+    bound: Duration,
+    name: &str,
+    what: &'static str,
+    then: impl Then,
+) -> Result<(Value, Option<Result<Value, Error>>), Error> {
+    let timeout = || Error::Timeout {
+        name: name.to_string(),
+        what,
+    };
+    match route.send(line, bound, then).await {
+        Ok((v, followed)) => Ok((
+            v,
+            followed.map(|f| {
+                f.map_err(|e| {
+                    if e.is_timeout() {
+                        timeout()
+                    } else {
+                        Error::Redis(e)
+                    }
+                })
+            }),
+        )),
+        Err(e) if e.is_timeout() => Err(timeout()),
+        Err(e) => Err(Error::Redis(e)),
+    }
+}
+
+/// `Route::send` from a thread outside any runtime (the blocking front end), on the renewal
+/// thread's runtime.
+pub(crate) fn send_blocking(
+    route: &Arc<Route>,
+    line: &[Vec<u8>],
+    bound: Duration,
+    then: impl Then + Send + 'static,
+) -> RedisResult<(Value, Followed)> {
+    let (route, line) = (route.clone(), line.to_vec());
+    crate::renewer::run_blocking(async move { route.send(&line, bound, then).await })
+}
