@@ -6,6 +6,7 @@ mod common;
 mod aio;
 mod blocking;
 mod cluster;
+mod cluster_more;
 mod durable;
 mod election;
 mod election_run;

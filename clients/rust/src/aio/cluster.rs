@@ -9,8 +9,9 @@ use crate::renewer::Channel;
 use crate::route::Route;
 
 impl Locker {
-    /// A locker on the Redis Cluster of `nodes` (see the blocking [`crate::Locker::cluster`]).
-    pub fn cluster<T: redis::IntoConnectionInfo>(
+    /// A locker on the Redis Cluster of `nodes` (see the blocking [`crate::Locker::cluster`]),
+    /// once it read the slot table.
+    pub async fn cluster<T: redis::IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<Locker> {
         let seeds = nodes
@@ -18,6 +19,7 @@ impl Locker {
             .map(|n| n.into_connection_info())
             .collect::<redis::RedisResult<Vec<_>>>()?;
         let route = Route::new(seeds)?;
+        route.load().await?;
         Ok(Locker {
             inner: Arc::new(Inner {
                 client: redis::Client::open(route.seed().clone())?,
@@ -34,6 +36,15 @@ impl Locker {
 }
 
 impl Inner {
+    /// The client of the server of `key`: on a Cluster, of the master serving it as last
+    /// known (an observer's connection goes there).
+    pub(super) fn client_of_key(&self, key: &[u8]) -> redis::Client {
+        match &self.route {
+            None => self.client.clone(),
+            Some(route) => route.known_client_for(key),
+        }
+    }
+
     /// Where a connection-bound hold's own connection goes.
     pub(super) fn target(&self) -> Target {
         match &self.route {

@@ -9,7 +9,8 @@ use crate::route::Route;
 
 impl Locker {
     /// A locker on the Redis Cluster of `nodes` (any of its nodes, `redis://host:port/`; the
-    /// first one's settings, its password and protocol, are used for every node).
+    /// first one's settings, its password and protocol, are used for every node). It reads the
+    /// slot table at once: an error if no node given answers.
     ///
     /// It keeps the slot table itself (`CLUSTER SLOTS`, then each `MOVED`) and talks to each
     /// master on connections of its own: every command goes to the master of its key,
@@ -38,6 +39,8 @@ impl Locker {
             .map(|n| n.into_connection_info())
             .collect::<redis::RedisResult<Vec<_>>>()?;
         let route = Route::new(seeds)?;
+        let loading = route.clone();
+        crate::renewer::run_blocking(async move { loading.load().await })?;
         let client = redis::Client::open(route.seed().clone())?;
         Ok(Locker {
             inner: Arc::new(LockerInner {
@@ -51,5 +54,14 @@ impl Locker {
     /// Whether the locker is on a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
         self.inner.conns.route().is_some()
+    }
+
+    /// The client of the server of `key`: on a Cluster, of the master serving it now (an
+    /// observer's connection goes there).
+    pub(crate) fn client_of_key(&self, key: &[u8]) -> redis::Client {
+        match self.inner.conns.route() {
+            None => self.client().clone(),
+            Some(route) => route.known_client_for(key),
+        }
     }
 }
