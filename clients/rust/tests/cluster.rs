@@ -143,7 +143,8 @@ fn a_wait_follows_its_slot_to_another_master_with_the_time_it_has_left() {
         "the short wait ended {late:?} after its deadline (moved {:?} into it)",
         moved_at - s_started
     );
-    assert!(s_ended + Duration::from_millis(100) >= s_started + SHORT);
+    // Not before its deadline either (an empty answer within 20 ms of it ends a wait).
+    assert!(s_ended + Duration::from_millis(50) >= s_started + SHORT);
 
     let released_at = Instant::now();
     holder.release().unwrap(); // goes to the target: the hold moved with its key
@@ -171,7 +172,7 @@ fn after_a_kill_9_failover_holds_and_waits_go_to_the_promoted_replica() {
     let replica = 3 + master; // replicas follow the masters in order
     let kept = locker
         .lock(renewed)
-        .ttl(10 * SEC)
+        .ttl(15 * SEC)
         .replicas(1, 5 * SEC)
         .acquire(SEC)
         .unwrap();

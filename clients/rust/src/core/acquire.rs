@@ -241,11 +241,17 @@ mod tests {
             wait.failed(lost, "k", at),
             Next::Pause(redirect::DOWN_PAUSE)
         ));
-        // No time left for the pause: the wait ends, not granted, at its deadline.
+        // Less time left than the pause: the pause ends at the deadline, and so does the wait.
         let late = start + Duration::from_millis(980);
         let busy = server_error("TRYAGAIN x");
-        assert!(matches!(wait.failed(busy, "k", late), Next::NotGranted));
+        assert!(matches!(
+            wait.failed(busy, "k", late),
+            Next::Pause(d) if d == Duration::from_millis(20)
+        ));
         assert_eq!(wait.wait(start + Duration::from_millis(1000)), None);
+        let busy = server_error("TRYAGAIN x");
+        let over = start + Duration::from_millis(1000);
+        assert!(matches!(wait.failed(busy, "k", over), Next::NotGranted));
         // The requeue after a dropped connection is still there.
         assert!(!wait.requeued);
         // A try does not follow a redirect by itself (its transport does).

@@ -212,7 +212,8 @@ impl SlotMap {
 
 /// What a wait does after a redirect or a refusal, `hops` redirects already followed: `Some`
 /// pause before it is sent again (zero: at once) with the time it has left, `None` to give up
-/// (too many redirects, or no time left for the pause).
+/// (too many redirects, or no time left). A pause is never longer than the time left: a wait
+/// that runs out during one ends at its deadline.
 pub fn after(redirect: &Redirect, hops: u32, time_left: Option<Duration>) -> Option<Duration> {
     let pause = match redirect {
         Redirect::Moved { .. } | Redirect::Ask { .. } => {
@@ -223,7 +224,7 @@ pub fn after(redirect: &Redirect, hops: u32, time_left: Option<Duration>) -> Opt
     };
     match time_left {
         None => Some(pause), // a wait without limit
-        Some(left) => (left > pause).then_some(pause),
+        Some(left) => (!left.is_zero()).then(|| pause.min(left)),
     }
 }
 
@@ -303,11 +304,10 @@ mod tests {
             after(&again, 0, Some(Duration::from_secs(1))),
             Some(TRYAGAIN_PAUSE)
         );
-        assert_eq!(after(&again, 0, Some(TRYAGAIN_PAUSE)), None);
-        assert_eq!(
-            after(&Redirect::Down, 0, Some(Duration::from_millis(99))),
-            None
-        );
+        let little = Duration::from_millis(30);
+        assert_eq!(after(&again, 0, Some(little)), Some(little));
+        assert_eq!(after(&again, 0, Some(Duration::ZERO)), None);
+        assert_eq!(after(&Redirect::Down, 0, Some(little)), Some(little));
     }
 
     #[test]
