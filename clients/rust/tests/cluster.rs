@@ -159,7 +159,8 @@ fn a_wait_follows_its_slot_to_another_master_with_the_time_it_has_left() {
 }
 
 /// `kill -9` of the master of a key and its replica's takeover: a renewed hold keeps renewing
-/// on the promoted replica, a hold without renewal is signalled lost by its lease clock, a wait
+/// on the promoted replica, a hold without renewal is signalled lost by its lease clock, a
+/// connection-bound hold as its connection closes, a wait
 /// whose node died is queued again on the new master with the time it has left, and a new
 /// acquire gets a fence above every earlier one.
 #[test]
@@ -184,6 +185,11 @@ fn after_a_kill_9_failover_holds_and_waits_go_to_the_promoted_replica() {
         .acquire(SEC)
         .unwrap();
     let lapsed_at = Instant::now();
+    let bound = locker
+        .lock("{fo}bound")
+        .ephemeral(true)
+        .acquire(SEC)
+        .unwrap();
     const WAIT: Duration = Duration::from_secs(40);
     let waiter = {
         let locker = locker.clone();
@@ -197,7 +203,12 @@ fn after_a_kill_9_failover_holds_and_waits_go_to_the_promoted_replica() {
         c.waiters(master, renewed) == 1
     });
 
+    let killed_at = Instant::now();
     c.kill_and_fail_over(master, replica, slot);
+    // The connection-bound hold's connection closed with its master.
+    let closed = bound.lost().wait_timeout(10 * SEC).expect("signalled lost");
+    assert_eq!(closed.reason, LostReason::ConnectionClosed);
+    assert!(closed.lease_end >= killed_at - SEC);
     until(
         20 * SEC,
         "the waiter queued again on the promoted replica",
