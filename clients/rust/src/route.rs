@@ -119,6 +119,18 @@ impl Route {
         }))
     }
 
+    /// A route through the same cluster on connections of its own, starting from this one's
+    /// slot table.
+    pub fn again(&self) -> Arc<Route> {
+        Arc::new(Route {
+            seeds: self.seeds.clone(),
+            map: Mutex::new(self.map().clone()),
+            stale: AtomicBool::new(self.stale.load(Ordering::SeqCst)),
+            asks: Mutex::new(HashMap::new()),
+            conns: tokio::sync::Mutex::new(HashMap::new()),
+        })
+    }
+
     /// The first node given: its settings are every node's.
     pub fn seed(&self) -> &ConnectionInfo {
         &self.seeds[0]

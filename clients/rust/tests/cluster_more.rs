@@ -119,7 +119,9 @@ fn the_tokio_front_end_routes_locks_and_waits_follow_a_move() {
     let slot = slot_of(&c.nodes[0], key);
     let src = c.owner(slot);
     let dst = c.other_master(src, 3);
-    let locker = rt.block_on(aio::Locker::cluster(c.urls())).unwrap();
+    // In RESP3: every node's connections are.
+    let urls = c.urls().into_iter().map(|u| format!("{u}?protocol=resp3"));
+    let locker = rt.block_on(aio::Locker::cluster(urls)).unwrap();
     assert!(locker.is_cluster());
     let holder = rt.block_on(async {
         for i in 0..12 {
@@ -136,6 +138,13 @@ fn the_tokio_front_end_routes_locks_and_waits_follow_a_move() {
                 .unwrap();
             assert_eq!(ok, "OK");
             hold.release().await.unwrap();
+        }
+        for n in &c.nodes {
+            let clients: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query(&mut n.conn())
+                .unwrap();
+            assert!(clients.contains("resp=3"), "{clients}");
         }
         let multi = locker
             .multi_lock(["{m}a", "{m}b"])

@@ -53,7 +53,7 @@ impl Conns {
     /// New connections to the same server, or the same Cluster.
     pub fn again(&self) -> Conns {
         Conns {
-            route: self.route.clone(),
+            route: self.route.as_ref().map(|r| r.again()),
             ..Conns::new(self.client.clone())
         }
     }
