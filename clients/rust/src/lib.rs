@@ -46,6 +46,7 @@ mod cancel;
 mod follow;
 mod hold;
 mod lost;
+mod node_of;
 mod owned;
 mod renewer;
 mod route;

@@ -216,16 +216,6 @@ impl Route {
         Ok((self.client_of(&addr)?, asking))
     }
 
-    /// The client of the master of `key` as the table last read says (none known: the first
-    /// node's).
-    pub fn known_client_for(&self, key: &[u8]) -> redis::Client {
-        let owner = self.map().owner(redirect::key_slot(key));
-        owner
-            .and_then(|a| self.client_of(&a).ok())
-            .or_else(|| redis::Client::open(self.seed().clone()).ok())
-            .expect("the first node's settings make a client")
-    }
-
     /// Reads the slot table (a locker on a Cluster reads it when made).
     pub async fn load(&self) -> RedisResult<()> {
         self.refresh().await

@@ -105,6 +105,44 @@ fn elections_campaign_and_observe_on_the_master_of_their_name() {
     assert!(b.resign().unwrap());
 }
 
+/// An observer waiting on the master of a vacant election's name follows the name when its
+/// slot moves to another master (`MOVED`), in both front ends, and sees the leader elected
+/// there.
+#[test]
+fn an_observer_follows_its_name_to_another_master() {
+    let c = Cluster::start(3, 0);
+    let locker = Locker::cluster(c.urls()).unwrap();
+    let name = "{obs}svc";
+    let slot = slot_of(&c.nodes[0], name);
+    let src = c.owner(slot);
+    let dst = c.other_master(src, 3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let aio_locker = rt.block_on(aio::Locker::cluster(c.urls())).unwrap();
+    let mut observer = locker.election(name).observe();
+    let mut aio_observer = aio_locker.election(name).observe();
+    let seen = std::thread::spawn(move || observer.next());
+    let aio_seen = std::thread::spawn(move || rt.block_on(aio_observer.next()));
+    until(20 * SEC, "both observers waiting on the source", || {
+        c.observers(src) == 2
+    });
+    c.move_slot(slot, src, dst, &[]);
+    until(20 * SEC, "both observers waiting on the target", || {
+        c.observers(dst) == 2
+    });
+    let mut leader = locker.election(name).data("a");
+    let term = leader.campaign(Some(SEC)).unwrap();
+    let expected = Some(Leader {
+        term,
+        data: Some(b"a".to_vec()),
+    });
+    assert_eq!(seen.join().unwrap().unwrap().unwrap(), expected);
+    assert_eq!(aio_seen.join().unwrap().unwrap().unwrap(), expected);
+    assert!(leader.resign().unwrap());
+}
+
 /// The tokio front end: locks on every master, a multi-lock, a guarded write, and a wait that
 /// follows its slot to another master and is granted there within its own deadline.
 #[test]

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use super::{Inner, Locker};
 use crate::core::error::Result;
+use crate::node_of::NodeOf;
 use crate::owned::Target;
 use crate::renewer::Channel;
 use crate::route::Route;
@@ -36,12 +37,15 @@ impl Locker {
 }
 
 impl Inner {
-    /// The client of the server of `key`: on a Cluster, of the master serving it as last
-    /// known (an observer's connection goes there).
-    pub(super) fn client_of_key(&self, key: &[u8]) -> redis::Client {
+    /// The server of `key` (an observer's connection goes there): on a Cluster, the master
+    /// serving it at each connection.
+    pub(super) fn node_of(&self, key: &[u8]) -> NodeOf {
         match &self.route {
-            None => self.client.clone(),
-            Some(route) => route.known_client_for(key),
+            None => NodeOf::One(self.client.clone()),
+            Some(route) => NodeOf::Cluster {
+                route: route.clone(),
+                key: key.to_vec(),
+            },
         }
     }
 

@@ -254,10 +254,7 @@ impl Election {
 
     /// The changes of leader (see the blocking [`crate::Observer`]): `observer.next().await`.
     pub fn observe(&self) -> Observer {
-        Observer::new(
-            self.locker.inner.client_of_key(&self.name),
-            self.name.clone(),
-        )
+        Observer::new(self.locker.inner.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from anywhere.

@@ -278,7 +278,7 @@ impl Election {
 
     /// The changes of leader, as they come (see [`Observer`]).
     pub fn observe(&self) -> Observer {
-        Observer::new(self.locker.client_of_key(&self.name), self.name.clone())
+        Observer::new(self.locker.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from another thread.
@@ -297,7 +297,7 @@ impl Election {
         let follow = self.on_new_leader.clone().map(Follow::new);
         if let Some(follow) = &follow {
             let mut observer = Observer::following(
-                self.locker.client_of_key(&self.name),
+                self.locker.node_of(&self.name),
                 self.name.clone(),
                 follow.wake.clone(),
             );

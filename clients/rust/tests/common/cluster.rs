@@ -244,4 +244,12 @@ impl Cluster {
             _ => 0,
         }
     }
+
+    /// The observers blocked on node `n` (`redislock_observers` of `INFO redislock`).
+    pub fn observers(&self, n: usize) -> i64 {
+        let info = text(query(&self.nodes[n], redis::cmd("INFO").arg("redislock")));
+        field(&info, "redislock_observers")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
 }

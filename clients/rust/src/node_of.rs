@@ -1,0 +1,67 @@
+//! The server an observer's connection goes to: the one server, or, on a Redis Cluster, the
+//! master serving the observed name now, found again after a redirect or a lost node.
+
+use std::sync::Arc;
+
+use crate::core::error::reply_text;
+use crate::core::redirect::{self, Redirect};
+use crate::route::Route;
+
+#[derive(Clone)]
+pub(crate) enum NodeOf {
+    One(redis::Client),
+    Cluster { route: Arc<Route>, key: Vec<u8> },
+}
+
+impl From<redis::Client> for NodeOf {
+    fn from(client: redis::Client) -> NodeOf {
+        NodeOf::One(client)
+    }
+}
+
+impl NodeOf {
+    /// The client to open the next connection from.
+    pub async fn client(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            NodeOf::One(c) => Ok(c.clone()),
+            NodeOf::Cluster { route, key } => route.client_for(key).await.map(|(c, _)| c),
+        }
+    }
+
+    /// `client`, from a thread outside any runtime (on the renewal thread's).
+    pub fn client_blocking(&self) -> redis::RedisResult<redis::Client> {
+        match self {
+            NodeOf::One(c) => Ok(c.clone()),
+            cluster => {
+                let cluster = cluster.clone();
+                crate::renewer::run_blocking(async move { cluster.client().await })
+            }
+        }
+    }
+
+    /// After the error `e` of a connection opened from `client`: whether to open the next one
+    /// anew (it failed, or, on a Cluster, the name's slot is served elsewhere now or soon).
+    pub fn reopen(&self, e: &redis::RedisError, client: Option<&redis::Client>) -> bool {
+        let text = reply_text(e);
+        let NodeOf::Cluster { route, .. } = self else {
+            return text.is_none();
+        };
+        let addr = client.map_or(String::new(), |c| match c.get_connection_info().addr() {
+            redis::ConnectionAddr::Tcp(h, p) => format!("{h}:{p}"),
+            _ => String::new(),
+        });
+        match text.as_deref().and_then(redirect::parse) {
+            // Not followed with `ASKING`: waited out until the move ends with `MOVED`.
+            Some(Redirect::Ask { .. }) => true,
+            Some(_) => {
+                route.learn(e, &addr);
+                true
+            }
+            None if text.is_none() => {
+                route.learn(e, &addr);
+                true
+            }
+            None => false,
+        }
+    }
+}
