@@ -19,6 +19,7 @@ use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
 use crate::core::take::{self, Step, Take};
 use crate::hold::{HoldState, Plan, Shared};
+use crate::node_of::Target;
 use crate::renewer::{Channel, Keeper};
 use crate::COMMAND_TIMEOUT;
 
@@ -171,19 +172,25 @@ pub(crate) async fn confirm(
 }
 
 /// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send
-/// after a failure); the decisions are the core's, as for any acquire.
+/// after a failure; on a Cluster, to the master of the key then); the decisions are the core's,
+/// as for any acquire.
 pub(crate) async fn acquire(
-    client: &redis::Client,
+    target: impl Into<Target>,
     spec: Spec<'_>,
     attempt: Attempt,
 ) -> Result<Option<Granted>> {
     let take = Take::one(spec.name, spec.token.clone(), spec.ttl, spec.mode, attempt);
-    acquire_as(client, take.ephemeral(spec.data)).await
+    acquire_as(target, take.ephemeral(spec.data)).await
 }
 
 /// Carries out the steps of a bound acquire (`take`, made `ephemeral`), each send on a
-/// connection opened for it.
-pub(crate) async fn acquire_as(client: &redis::Client, mut take: Take) -> Result<Option<Granted>> {
+/// connection opened for it (on a Cluster, to the master of the keys' slot then: a redirect
+/// goes back to the take, which sends again with the time it has left).
+pub(crate) async fn acquire_as(
+    target: impl Into<Target>,
+    mut take: Take,
+) -> Result<Option<Granted>> {
+    let target = target.into();
     let name = take.label().to_string();
     // The connection of the last reply, and its channel once it carries a grant.
     let mut last: Option<(MultiplexedConnection, Arc<Watch>)> = None;
@@ -194,8 +201,13 @@ pub(crate) async fn acquire_as(client: &redis::Client, mut take: Take) -> Result
             Step::Send { line, wait } => {
                 channel = None;
                 let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
+                let node = target.node(&line).await;
                 let run = async {
-                    let (mut conn, watch) = open(client).await?;
+                    let (client, asking) = node.clone()?;
+                    let (mut conn, watch) = open(&client).await?;
+                    if asking {
+                        redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
+                    }
                     let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
                     Ok::<_, redis::RedisError>((v, conn, watch))
                 };
@@ -207,10 +219,12 @@ pub(crate) async fn acquire_as(client: &redis::Client, mut take: Take) -> Result
                         Err(_) => return Err(take.timed_out()),
                     }
                 };
-                let answer = answer.map(|(v, conn, watch)| {
-                    last = Some((conn, watch));
-                    (v, None)
-                });
+                let answer = answer
+                    .map(|(v, conn, watch)| {
+                        last = Some((conn, watch));
+                        (v, None)
+                    })
+                    .map_err(|e| target.learn(e, node));
                 take.answered(answer, Instant::now())
             }
             Step::Pause(d) => {

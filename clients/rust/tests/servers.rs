@@ -5,6 +5,9 @@ mod common;
 
 mod aio;
 mod blocking;
+mod cluster;
+mod cluster_compose;
+mod cluster_more;
 mod durable;
 mod durable_aof;
 mod election;

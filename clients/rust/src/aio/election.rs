@@ -77,7 +77,7 @@ impl Election {
                 data: self.data.as_deref(),
             };
             let stopped = self.run.stopped.clone();
-            let client = &self.locker.inner.client;
+            let client = self.locker.inner.target();
             let granted = tokio::select! {
                 g = owned::acquire(client, spec, attempt) => g?,
                 _ = stopped.wait(), if stoppable => return Ok(None),
@@ -159,7 +159,7 @@ impl Election {
 
     /// The changes of leader (see the blocking [`crate::Observer`]): `observer.next().await`.
     pub fn observe(&self) -> Observer {
-        Observer::new(self.locker.inner.client.clone(), self.name.clone())
+        Observer::new(self.locker.inner.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from anywhere.

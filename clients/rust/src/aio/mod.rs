@@ -32,6 +32,7 @@ use crate::core::reply::{self, LockInfo};
 use crate::core::take::Take;
 use crate::hold::{OnLost, Plan, Shared};
 
+mod cluster;
 mod election;
 mod hold;
 mod multi;
@@ -49,6 +50,8 @@ pub use observe::Observer;
 struct Inner {
     client: redis::Client,
     channel: Arc<Channel>,
+    /// On a Cluster: the slot table and the nodes' connections.
+    route: Option<Arc<crate::route::Route>>,
 }
 
 impl Inner {
@@ -131,6 +134,7 @@ impl Locker {
             inner: Arc::new(Inner {
                 channel: Channel::new(client.clone()),
                 client,
+                route: None,
             }),
         }
     }
@@ -250,7 +254,7 @@ impl Lock {
             data: None,
         };
         let Some(g) =
-            owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?
+            owned::acquire(self.locker.inner.target(), spec, Attempt::new(deadline)).await?
         else {
             return Ok(None);
         };
@@ -282,7 +286,8 @@ impl Lock {
         }
         let name = self.name_lossy();
         let channel = &self.locker.inner.channel;
-        match channel.send(&line, COMMAND_TIMEOUT, &name, "acquire").await {
+        let probe = channel.send_about(&self.name, &line, COMMAND_TIMEOUT, &name, "acquire");
+        match probe.await {
             Ok(_) => {}
             Err(Error::Redis(e)) => return Err(self.durable.probe_failed(e, &name)),
             Err(e) => return Err(e),

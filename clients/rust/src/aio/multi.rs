@@ -95,7 +95,7 @@ impl MultiLock {
         let keeper = runtime_keeper();
         let plan = Plan::all(&self.names, self.ttl).renewed(self.auto_renew, self.on_lost.clone());
         let (state, fences) = if self.ephemeral {
-            let Some(g) = owned::acquire_as(&inner.client, take.ephemeral(None)).await? else {
+            let Some(g) = owned::acquire_as(inner.target(), take.ephemeral(None)).await? else {
                 return Ok(None);
             };
             let fences = g.fences.clone();

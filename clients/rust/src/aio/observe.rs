@@ -7,12 +7,15 @@ use redis::Value;
 
 use crate::core::args;
 use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, Result};
+use crate::core::error::Result;
+use crate::node_of::NodeOf;
 
 /// The changes of leader, awaited one by one with `next()` (see the blocking
 /// [`crate::Observer`]).
 pub struct Observer {
-    client: redis::Client,
+    client: NodeOf,
+    /// The client the connection was opened from.
+    opened: Option<redis::Client>,
     name: Vec<u8>,
     obs: Observation,
     conn: Option<MultiplexedConnection>,
@@ -20,9 +23,10 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(client: redis::Client, name: Vec<u8>) -> Observer {
+    pub(crate) fn new(client: impl Into<NodeOf>, name: Vec<u8>) -> Observer {
         Observer {
-            client,
+            client: client.into(),
+            opened: None,
             name,
             obs: Observation::new(),
             conn: None,
@@ -31,12 +35,15 @@ impl Observer {
     }
 
     async fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
-        let client = &self.client;
+        let (client, opened) = (&self.client, &mut self.opened);
         let slot = &mut self.conn;
         let run = async {
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(crate::renewer::connect(client).await?),
+                None => {
+                    let client = opened.insert(client.client().await?);
+                    slot.insert(crate::renewer::connect(client).await?)
+                }
             };
             args::cmd(line).query_async::<Value>(conn).await
         };
@@ -44,8 +51,10 @@ impl Observer {
             Ok(r) => r,
             Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
         };
-        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
-            self.conn = None;
+        if let Err(e) = &answer {
+            if self.client.reopen(e, self.opened.as_ref()) {
+                self.conn = None;
+            }
         }
         answer
     }

@@ -34,7 +34,7 @@ impl super::Inner {
                         }
                     } else {
                         let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
-                        match send_waiting(&self.client, &line, bound, then).await {
+                        match send_waiting(self, &line, bound, then).await {
                             Ok(Some(v)) => Ok(v),
                             Ok(None) => return Err(take.timed_out()),
                             Err(e) => Err(e),
@@ -64,14 +64,25 @@ impl super::Inner {
     }
 }
 
-/// Sends `line` on a new connection, its reply within `bound` (`None` past it), then on it the
-/// follow-up `then` makes of the reply, if any (its answer, or `None` if it failed).
+/// Sends `line` on a new connection (on a Cluster, to the master of its key), its reply within
+/// `bound` (`None` past it), then on it the follow-up `then` makes of the reply, if any (its
+/// answer, or `None` if it failed). A redirect or a lost node comes back as an error, for the
+/// acquire to build the wait again with the time it has left.
 async fn send_waiting(
-    client: &redis::Client,
+    inner: &super::Inner,
     line: &[Vec<u8>],
     bound: Duration,
     then: impl FnOnce(&Value) -> Option<Follow>,
 ) -> redis::RedisResult<Option<(Value, Option<Value>)>> {
+    if let Some(route) = &inner.route {
+        // On a Cluster: to the master of the key, on a new connection as here.
+        return match route.send(line, bound, then).await {
+            Ok((v, followed)) => Ok(Some((v, followed.and_then(|f| f.ok())))),
+            Err(e) if e.is_timeout() => Ok(None),
+            Err(e) => Err(e),
+        };
+    }
+    let client = &inner.client;
     let run = async {
         // Without the crate's default response timeout: the wait has its own bound.
         let mut conn = crate::renewer::connect(client).await?;

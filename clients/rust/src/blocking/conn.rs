@@ -2,7 +2,7 @@
 //! bounded; a wait (`BLOCK`) reads for as long as it waits, on a connection no other command
 //! shares meanwhile.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::{Connection, Value};
@@ -12,6 +12,7 @@ use crate::core::args;
 use crate::core::durable::Follow;
 use crate::core::error::{reply_text, Result};
 use crate::core::take::{self, Grant, Step, Take};
+use crate::route::{self, Route};
 
 /// How many idle connections a locker keeps.
 const IDLE: usize = 4;
@@ -19,6 +20,8 @@ const IDLE: usize = 4;
 pub(crate) struct Conns {
     client: redis::Client,
     idle: Mutex<Vec<Connection>>,
+    /// On a Cluster: every request goes through the locker's route instead.
+    route: Option<Arc<Route>>,
 }
 
 impl Conns {
@@ -26,6 +29,35 @@ impl Conns {
         Conns {
             client,
             idle: Mutex::new(Vec::new()),
+            route: None,
+        }
+    }
+
+    /// The connections of a locker on a Cluster (`client` is its first node's).
+    pub fn routed(client: redis::Client, route: Arc<Route>) -> Conns {
+        Conns {
+            route: Some(route),
+            ..Conns::new(client)
+        }
+    }
+
+    pub fn route(&self) -> Option<&Arc<Route>> {
+        self.route.as_ref()
+    }
+
+    /// Where a connection-bound hold's own connection goes.
+    pub fn target(&self) -> crate::node_of::Target {
+        match &self.route {
+            Some(r) => crate::node_of::Target::Cluster(r.clone()),
+            None => crate::node_of::Target::One(self.client.clone()),
+        }
+    }
+
+    /// New connections to the same server, or the same Cluster.
+    pub fn again(&self) -> Conns {
+        Conns {
+            route: self.route.as_ref().map(|r| r.again()),
+            ..Conns::new(self.client.clone())
         }
     }
 
@@ -58,8 +90,25 @@ impl Conns {
         self.send_then(args, bound, |_| None).map(|(v, _)| v)
     }
 
+    /// `send` of a request without keys about `key` (the `WAITAOF` probe): on a Cluster, to
+    /// the master of `key`.
+    pub fn send_about(
+        &self,
+        key: &[u8],
+        args: &[Vec<u8>],
+        bound: Duration,
+    ) -> redis::RedisResult<Value> {
+        match &self.route {
+            Some(route) => route::send_blocking_about(route, key, args, bound),
+            None => self.send(args, bound),
+        }
+    }
+
     /// `send`, never sent twice (a guarded write: its inner command might run twice).
     pub fn send_once(&self, args: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
+        if let Some(route) = &self.route {
+            return route::send_blocking(route, args, bound, |_: &Value| None).map(|(v, _)| v);
+        }
         let started = Instant::now();
         let (mut conn, _) = self.take(bound.max(Duration::from_millis(1)))?;
         let answer = Self::query(&mut conn, args, left(bound, started));
@@ -75,8 +124,11 @@ impl Conns {
         &self,
         args: &[Vec<u8>],
         bound: Duration,
-        then: impl FnOnce(&Value) -> Option<Follow>,
+        then: impl FnOnce(&Value) -> Option<Follow> + Send + 'static,
     ) -> redis::RedisResult<(Value, Option<redis::RedisResult<Value>>)> {
+        if let Some(route) = &self.route {
+            return route::send_blocking(route, args, bound, then);
+        }
         // The bound counts from the call: opening a connection takes its part.
         let started = Instant::now();
         let (mut conn, pooled) = self.take(bound.max(Duration::from_millis(1)))?;

@@ -81,7 +81,7 @@ impl Election {
             // Without limit: `BLOCK 0`.
             let attempt = deadline.map_or_else(Attempt::forever, |d| Attempt::new(Some(d)));
             let (client, name, ttl, data) = (
-                self.locker.client().clone(),
+                self.locker.inner.conns.target(),
                 self.name.clone(),
                 self.lease,
                 self.data.clone(),
@@ -97,7 +97,7 @@ impl Election {
                     data: data.as_deref(),
                 };
                 tokio::select! {
-                    g = owned::acquire(&client, spec, attempt) => g.map(Some),
+                    g = owned::acquire(client, spec, attempt) => g.map(Some),
                     _ = stopped.wait(), if stoppable => Ok(None),
                 }
             })?;
@@ -177,7 +177,7 @@ impl Election {
 
     /// The changes of leader, as they come (see [`Observer`]).
     pub fn observe(&self) -> Observer {
-        Observer::new(self.locker.client().clone(), self.name.clone())
+        Observer::new(self.locker.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from another thread.
@@ -196,7 +196,7 @@ impl Election {
         let follow = self.on_new_leader.clone().map(Follow::new);
         if let Some(follow) = &follow {
             let mut observer = Observer::following(
-                self.locker.client().clone(),
+                self.locker.node_of(&self.name),
                 self.name.clone(),
                 follow.wake.clone(),
             );

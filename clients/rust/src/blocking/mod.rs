@@ -1,5 +1,6 @@
 //! The blocking front end: `Locker`, `Lock`, `Hold`.
 
+mod cluster;
 mod conn;
 mod election;
 mod hold;
@@ -63,11 +64,14 @@ impl Locker {
     /// must not wait on one slow server of several (Redlock). Connections are not shared with
     /// the locker it was made from.
     pub fn with_timeout(&self, timeout: Duration) -> Locker {
-        let client = self.client().clone();
+        let conns = self.inner.conns.again();
         Locker {
             inner: Arc::new(LockerInner {
-                channel: Channel::new(client.clone()),
-                conns: conn::Conns::new(client),
+                channel: match conns.route() {
+                    Some(route) => Channel::routed(route.clone()),
+                    None => Channel::new(self.client().clone()),
+                },
+                conns,
                 timeout: timeout.max(Duration::from_millis(1)),
             }),
         }
@@ -207,12 +211,8 @@ impl Lock {
     fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let (client, name, ttl, mode) = (
-            inner.conns.client().clone(),
-            self.name.clone(),
-            self.ttl,
-            self.mode,
-        );
+        let (target, name, ttl, mode) =
+            (inner.conns.target(), self.name.clone(), self.ttl, self.mode);
         let replicas = self.durable.asked();
         let granted = crate::renewer::run_blocking(async move {
             let spec = owned::Spec {
@@ -222,7 +222,7 @@ impl Lock {
                 mode,
                 data: None,
             };
-            let g = owned::acquire(&client, spec, Attempt::new(deadline)).await?;
+            let g = owned::acquire(target, spec, Attempt::new(deadline)).await?;
             if let Some(g) = &g {
                 owned::confirm(g, &name, replicas, ttl).await?;
             }
@@ -259,7 +259,7 @@ impl Lock {
         let inner = &self.locker.inner;
         inner
             .conns
-            .send(&line, inner.timeout)
+            .send_about(&self.name, &line, inner.timeout)
             .map_err(|e| self.durable.probe_failed(e, &self.name_lossy()))?;
         self.aof_checked.store(true, Ordering::Relaxed);
         Ok(())

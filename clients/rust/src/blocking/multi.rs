@@ -117,9 +117,9 @@ impl MultiLock {
         let keeper = blocking_keeper();
         let plan = Plan::all(&self.names, self.ttl).renewed(self.auto_renew, self.on_lost.clone());
         let (state, fences) = if self.ephemeral {
-            let client = inner.conns.client().clone();
+            let target = inner.conns.target();
             let take = take.ephemeral(None);
-            let Some(g) = run_blocking(async move { owned::acquire_as(&client, take).await })?
+            let Some(g) = run_blocking(async move { owned::acquire_as(target, take).await })?
             else {
                 return Ok(None);
             };

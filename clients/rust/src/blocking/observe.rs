@@ -7,8 +7,9 @@ use redis::{Connection, Value};
 use crate::cancel::Cancel;
 use crate::core::args;
 use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, Result};
+use crate::core::error::Result;
 use crate::follow::FOLLOW_BLOCK;
+use crate::node_of::NodeOf;
 use crate::COMMAND_TIMEOUT;
 
 /// Each change of leader: `Ok(Some(leader))` for a new leader (terms strictly increasing) or
@@ -19,7 +20,9 @@ use crate::COMMAND_TIMEOUT;
 /// once. It ends after an error waiting cannot mend (`WRONGTYPE`, a server without the
 /// command), given out first.
 pub struct Observer {
-    client: redis::Client,
+    client: NodeOf,
+    /// The client the connection was opened from.
+    opened: Option<redis::Client>,
     name: Vec<u8>,
     obs: Observation,
     conn: Option<Connection>,
@@ -30,9 +33,10 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(client: redis::Client, name: Vec<u8>) -> Observer {
+    pub(crate) fn new(client: impl Into<NodeOf>, name: Vec<u8>) -> Observer {
         Observer {
-            client,
+            client: client.into(),
+            opened: None,
             name,
             obs: Observation::new(),
             conn: None,
@@ -43,7 +47,7 @@ impl Observer {
     }
 
     /// The observer of a run's follower: it ends (`None`) once `stop` is fired.
-    pub(crate) fn following(client: redis::Client, name: Vec<u8>, stop: Cancel) -> Observer {
+    pub(crate) fn following(client: impl Into<NodeOf>, name: Vec<u8>, stop: Cancel) -> Observer {
         Observer {
             block: FOLLOW_BLOCK,
             stop: Some(stop),
@@ -61,14 +65,18 @@ impl Observer {
     fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
         let conn = match self.conn.as_mut() {
             Some(c) => c,
-            None => self
-                .conn
-                .insert(self.client.get_connection_with_timeout(COMMAND_TIMEOUT)?),
+            None => {
+                let client = self.opened.insert(self.client.client_blocking()?);
+                self.conn
+                    .insert(client.get_connection_with_timeout(COMMAND_TIMEOUT)?)
+            }
         };
         conn.set_read_timeout(Some(bound))?;
         let answer = args::cmd(line).query::<Value>(conn);
-        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
-            self.conn = None;
+        if let Err(e) = &answer {
+            if self.client.reopen(e, self.opened.as_ref()) {
+                self.conn = None;
+            }
         }
         answer
     }

@@ -27,6 +27,13 @@ fn dropped() -> redis::RedisError {
     std::io::Error::from(std::io::ErrorKind::ConnectionReset).into()
 }
 
+fn server_error(text: &str) -> redis::RedisError {
+    match redis::parse_redis_value(format!("-{text}\r\n").as_bytes()) {
+        Ok(Value::ServerError(e)) => e.into(),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn line(step: &Step) -> String {
     match step {
         Step::Send { line, .. } | Step::Release(line) => text(line),
@@ -199,4 +206,48 @@ fn outcomes() {
     assert_eq!(outcome(Some(&Value::Int(0))), Renewed::Gone);
     assert_eq!(outcome(Some(&Value::Nil)), Renewed::Failed);
     assert_eq!(outcome(None), Renewed::Failed);
+}
+
+/// On a Cluster, a wait (one key or several, bound or not) that a slot move or a failover
+/// interrupts is sent again with the time it has left, never with its first `BLOCK`.
+#[test]
+fn a_redirected_wait_is_sent_again_with_the_time_left() {
+    let now = Instant::now();
+    let deadline = now + Duration::from_secs(1);
+    let names = vec![b"{a}1".to_vec(), b"{a}2".to_vec()];
+    let takes = [
+        Take::one(
+            b"k",
+            tok(),
+            Ttl::Px(1000),
+            Mode::Exclusive,
+            Attempt::new(Some(deadline)),
+        ),
+        Take::all(
+            &names,
+            tok(),
+            Ttl::Px(1000),
+            Mode::Exclusive,
+            Attempt::new(Some(deadline)),
+        )
+        .ephemeral(None),
+    ];
+    for mut t in takes {
+        assert!(line(&t.next(now)).ends_with("BLOCK 1000"));
+        let at = now + Duration::from_millis(300);
+        let moved = server_error("MOVED 1 127.0.0.1:7001");
+        assert!(line(&t.answered(Err(moved), at)).ends_with("BLOCK 700"));
+        let lost = server_error(super::super::redirect::NODE_LOST);
+        let Step::Pause(pause) = t.answered(Err(lost), at) else {
+            panic!("a lost node is waited out")
+        };
+        let at = at + pause;
+        let left = format!("BLOCK {}", (deadline - at).as_millis());
+        assert!(line(&t.next(at)).ends_with(&left));
+        let busy = server_error("TRYAGAIN x");
+        assert!(matches!(
+            t.answered(Err(busy), deadline),
+            Step::Done(Ok(None))
+        ));
+    }
 }

@@ -4,6 +4,7 @@
 //! `$REDISLOCK_MODULE`); `make build` builds it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod proxy;
 
 use std::net::{TcpListener, TcpStream};
