@@ -237,6 +237,7 @@ crate_builds() {
     (cd "$tmp/rustapp" && tar -xzf "$crate" && cargo add --quiet redislock-client --path "redislock-client-$version") || return 1
     [ -f "$dir/examples/quickstart.rs" ] || { echo "no examples/quickstart.rs in the .crate"; return 1; }
     grep -qx "version = \"$version\"" "$dir/Cargo.toml" || { echo "the .crate's version is not $version"; return 1; }
+    cmp -s "$dir/LICENSE" LICENSE || { echo "the .crate has no LICENSE, or another one"; return 1; }
     cp "$dir/examples/quickstart.rs" "$tmp/rustapp/src/main.rs"
     cp Cargo.lock "$tmp/rustapp/"
     (cd "$tmp/rustapp" && CARGO_TARGET_DIR=$root/target/dist-check-rust cargo build --quiet) || return 1
@@ -272,7 +273,7 @@ check ".deb module: objdump -T, glibc $triple_glibc or older" glibc_ok "$tmp/deb
 check "wheel: pip install into a fresh venv" wheel_installs
 check "sdist: pip wheel gives the same files" sdist_builds_the_wheel
 check "npm tarball: npm install into a fresh folder" npm_installs
-check ".crate: a fresh cargo project depending on it by path builds its quickstart" crate_builds
+check ".crate: LICENSE; a fresh cargo project depending on it by path builds its quickstart" crate_builds
 i=0
 for server in $servers; do
     i=$((i + 1))

@@ -4,7 +4,7 @@
 # libraries' suites (scripts/client-tests.sh), two servers' at a time beside them: every suite
 # starts its own servers on free ports and mostly waits on them, so on 2 cores they overlap well.
 # After each server's integration tests, the Rust client's tests against that server (`cargo test
-# -p redislock-client`, with its unit tests on the first server).
+# -p redislock-client`, with its unit tests and doc examples on the first server).
 # On the first server `cargo test --profile tests` (Cargo.toml: the release profile without its
 # whole-program LTO, for the test binaries; the module they load is the release build) also runs
 # the unit tests and the torture tests
@@ -69,7 +69,8 @@ for server in $servers; do
     echo "REDIS_SERVER=$server $cargo test --profile tests --no-fail-fast ${tests[*]}"
     REDIS_SERVER=$server "$cargo" test --profile tests --no-fail-fast "${tests[@]}" \
         || failed+=("$(label "$server"): cargo test")
-    # The Rust client: its unit tests on the first server's run, its tests against servers on each.
+    # The Rust client: its unit tests and doc examples (compiled; those that need a server are
+    # `no_run`) on the first server's run, its tests against servers on each.
     if [ "$server" = "$first" ]; then
         client=()
         wait "$client_build"

@@ -92,6 +92,17 @@ impl RunState {
         }
     }
 
+    /// A term's loss callback: the term worked in ends, then `user`'s callback runs.
+    pub fn on_lost(self: &Arc<Self>, user: Option<crate::hold::OnLost>) -> crate::hold::OnLost {
+        let run = self.clone();
+        Arc::new(move |l: &crate::lost::Lost| {
+            run.end_current();
+            if let Some(f) = &user {
+                f(l);
+            }
+        })
+    }
+
     pub fn set_current(&self, c: Option<Cancel>) {
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = c;
     }

@@ -32,6 +32,83 @@ pub(crate) struct HoldState {
 
 pub(crate) type Shared = Arc<HoldState>;
 
+/// What a lock gives each of its holds: its key (or keys), the lease, whether it is renewed,
+/// the loss callback, the acknowledgements its extensions wait for.
+#[derive(Clone)]
+pub(crate) struct Plan {
+    pub name: Vec<u8>,
+    /// The keys of a lock on several keys (empty for one key: `name`).
+    pub keys: Vec<Vec<u8>>,
+    pub ttl: crate::core::args::Ttl,
+    pub auto_renew: bool,
+    pub on_lost: Option<OnLost>,
+    pub replicas: Option<Replicas>,
+}
+
+impl Plan {
+    /// The holds of the lock `name`.
+    pub fn one(name: &[u8], ttl: crate::core::args::Ttl) -> Plan {
+        Plan {
+            name: name.to_vec(),
+            keys: Vec::new(),
+            ttl,
+            auto_renew: true,
+            on_lost: None,
+            replicas: None,
+        }
+    }
+
+    /// The holds of every key of `names` at once.
+    pub fn all(names: &[Vec<u8>], ttl: crate::core::args::Ttl) -> Plan {
+        Plan {
+            name: crate::core::multi::label(names).into_bytes(),
+            keys: names.to_vec(),
+            ..Plan::one(b"", ttl)
+        }
+    }
+
+    pub fn renewed(mut self, auto_renew: bool, on_lost: Option<OnLost>) -> Plan {
+        self.auto_renew = auto_renew;
+        self.on_lost = on_lost;
+        self
+    }
+
+    pub fn replicas(mut self, replicas: Option<Replicas>) -> Plan {
+        self.replicas = replicas;
+        self
+    }
+
+    /// The hold of a grant (`token`, the first key's `fence`, its request `sent`), its requests
+    /// on `channel`, on `keeper`'s schedule.
+    pub fn schedule(
+        &self,
+        token: Vec<u8>,
+        fence: u64,
+        sent: Instant,
+        channel: Arc<Channel>,
+        keeper: &crate::renewer::Keeper,
+    ) -> Shared {
+        let lease = Lease::new(sent, self.ttl.millis(), self.auto_renew);
+        let state = Arc::new(HoldState {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name: self.name.clone(),
+            keys: self.keys.clone(),
+            token,
+            fence,
+            lease: Mutex::new(lease),
+            signal: LostSignal::default(),
+            on_lost: self.on_lost.clone(),
+            channel,
+            replicas: OnceLock::new(),
+        });
+        if let Some(r) = self.replicas {
+            let _ = state.replicas.set(r);
+        }
+        keeper.add(&state);
+        state
+    }
+}
+
 impl Leased for Shared {
     fn lease(&self) -> MutexGuard<'_, Lease> {
         self.lease.lock().unwrap_or_else(|e| e.into_inner())
@@ -41,51 +118,6 @@ impl Leased for Shared {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl HoldState {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        name: Vec<u8>,
-        token: Vec<u8>,
-        fence: u64,
-        ttl_ms: u64,
-        sent: Instant,
-        auto_renew: bool,
-        on_lost: Option<OnLost>,
-        channel: Arc<Channel>,
-    ) -> Shared {
-        Arc::new(HoldState {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            name,
-            keys: Vec::new(),
-            token,
-            fence,
-            lease: Mutex::new(Lease::new(sent, ttl_ms, auto_renew)),
-            signal: LostSignal::default(),
-            on_lost,
-            channel,
-            replicas: OnceLock::new(),
-        })
-    }
-
-    /// The hold of several keys (`name` is their label).
-    #[allow(clippy::too_many_arguments)]
-    pub fn multi(
-        keys: Vec<Vec<u8>>,
-        token: Vec<u8>,
-        fence: u64,
-        ttl_ms: u64,
-        sent: Instant,
-        auto_renew: bool,
-        on_lost: Option<OnLost>,
-        channel: Arc<Channel>,
-    ) -> Shared {
-        let label = crate::core::multi::label(&keys).into_bytes();
-        let mut state = HoldState::new(
-            label, token, fence, ttl_ms, sent, auto_renew, on_lost, channel,
-        );
-        Arc::get_mut(&mut state).expect("a new hold").keys = keys;
-        state
-    }
-
     pub fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
@@ -106,6 +138,51 @@ impl HoldState {
             self.signal_lost(why, end);
             self.close_owned();
         }
+    }
+
+    /// `Error::Lost` once the hold ended here (`done`) or was lost.
+    pub fn live(self: &Shared, done: bool) -> crate::core::error::Result<()> {
+        if done || self.lease().lost.is_some() {
+            return Err(crate::core::error::Error::Lost {
+                name: self.name_lossy(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Carries out an extension's verdict (`core::verdict::extension`) for a request sent at
+    /// `sent` with a lease of `ttl_ms`: the lease clock moves, or the hold is lost (found gone).
+    pub fn extended(
+        self: &Shared,
+        keeper: &Arc<crate::renewer::Keeper>,
+        sent: Instant,
+        ttl_ms: u64,
+        verdict: crate::core::error::Result<()>,
+    ) -> crate::core::error::Result<()> {
+        match &verdict {
+            Ok(()) => {
+                let moved = {
+                    let mut lease = self.lease();
+                    (!lease.ended).then(|| lease.extended(sent, ttl_ms))
+                };
+                if moved.is_some() {
+                    keeper.add(self);
+                }
+            }
+            Err(crate::core::error::Error::NotOwner { .. }) => self.lose(keeper, LostReason::Gone),
+            Err(_) => {}
+        }
+        verdict
+    }
+
+    /// Ends the hold's schedule for a release: whether the lease clock had given it up.
+    pub fn ending(self: &Shared, keeper: &crate::renewer::Keeper) -> bool {
+        let lost = {
+            let lease = self.lease();
+            lease.lost.is_some() || lease.left(Instant::now()).is_zero()
+        };
+        keeper.remove(self);
+        lost
     }
 
     /// A bound hold's connection has nothing more to carry once the hold ended: closed.

@@ -6,7 +6,9 @@
 //! The blocking front end is [`Locker`], [`Lock`] and [`Hold`], [`MultiLock`] and [`MultiHold`]
 //! (several keys taken in one atomic step, a fence per key) and [`Election`] (a leader elected
 //! in the server, its term the fence, [`Observer`] of each change); [`aio`] has the same for
-//! tokio.
+//! tokio. [`Locker::cluster`] (and [`aio::Locker::cluster`]) is the same on a Redis Cluster:
+//! each call goes to the master of its key, and a wait that a slot migration or a failover
+//! interrupts is sent again to the new master with the time it has left.
 //! Both carry out the decisions of an I/O-free core ([`core`]: command lines, replies, errors,
 //! the lease clock and the renewal schedule).
 //!
@@ -41,11 +43,15 @@ pub mod core;
 
 mod blocking;
 mod cancel;
+mod channel;
 mod follow;
 mod hold;
 mod lost;
+mod node_of;
 mod owned;
 mod renewer;
+mod route;
+mod surface;
 
 use std::time::Duration;
 

@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 use redis::aio::MultiplexedConnection;
 use redis::{ProtocolVersion, PushInfo, PushKind, Value};
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{Error, Result};
 use crate::core::lease::LostReason;
-use crate::core::reply;
-use crate::hold::{HoldState, Shared};
+use crate::core::take::{self, Step, Take};
+use crate::hold::{HoldState, Plan, Shared};
+use crate::node_of::Target;
 use crate::renewer::{Channel, Keeper};
 use crate::COMMAND_TIMEOUT;
 
@@ -118,10 +119,21 @@ pub(crate) struct Spec<'a> {
 /// A granted bound hold, before it is scheduled.
 pub(crate) struct Granted {
     pub token: Vec<u8>,
-    pub fence: u64,
+    /// The fence of each key (one for a lock of one key).
+    pub fences: Vec<u64>,
     pub sent: Instant,
     pub channel: Arc<Channel>,
     pub watch: Arc<Watch>,
+}
+
+impl Granted {
+    /// The hold of this grant as `plan` says, scheduled with `keeper` and watched for its
+    /// connection's close.
+    pub fn schedule(self, plan: &Plan, keeper: &Arc<Keeper>) -> Shared {
+        let state = plan.schedule(self.token, self.fences[0], self.sent, self.channel, keeper);
+        self.watch.attach(&state, keeper.clone());
+        state
+    }
 }
 
 /// A bound grant's acknowledgements (`WAIT` on its connection, after the grant), when the lock
@@ -137,9 +149,16 @@ pub(crate) async fn confirm(
         return Ok(());
     };
     let lossy = String::from_utf8_lossy(name).into_owned();
-    let (line, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
-    let answer = g.channel.send(&line, bound, &lossy, "acquire").await;
-    let (count, ok) = r.acks(answer.as_ref().ok());
+    let (lines, bound) = r.wait(Some(std::time::Duration::from_millis(ttl.millis())));
+    let mut answers = Vec::with_capacity(lines.len());
+    for line in &lines {
+        match g.channel.send(line, bound, &lossy, "acquire").await {
+            Ok(v) => answers.push(v),
+            Err(_) => break,
+        }
+    }
+    let answer = (answers.len() == lines.len()).then(|| crate::core::durable::joined(answers));
+    let (count, ok) = r.acks(answer.as_ref());
     if ok {
         return Ok(());
     }
@@ -153,87 +172,107 @@ pub(crate) async fn confirm(
 }
 
 /// Takes the lock with `EPHEMERAL` on a connection opened for it (a fresh one for each send
-/// after a failure); the decisions are the core's, as for any acquire.
+/// after a failure; on a Cluster, to the master of the key then); the decisions are the core's,
+/// as for any acquire.
 pub(crate) async fn acquire(
-    client: &redis::Client,
+    target: impl Into<Target>,
     spec: Spec<'_>,
-    mut attempt: Attempt,
+    attempt: Attempt,
 ) -> Result<Option<Granted>> {
-    let name = String::from_utf8_lossy(spec.name).into_owned();
+    let take = Take::one(spec.name, spec.token.clone(), spec.ttl, spec.mode, attempt);
+    acquire_as(target, take.ephemeral(spec.data)).await
+}
+
+/// Carries out the steps of a bound acquire (`take`, made `ephemeral`), each send on a
+/// connection opened for it (on a Cluster, to the master of the keys' slot then: a redirect
+/// goes back to the take, which sends again with the time it has left).
+pub(crate) async fn acquire_as(
+    target: impl Into<Target>,
+    mut take: Take,
+) -> Result<Option<Granted>> {
+    let target = target.into();
+    let name = take.label().to_string();
+    // The connection of the last reply, and its channel once it carries a grant.
+    let mut last: Option<(MultiplexedConnection, Arc<Watch>)> = None;
+    let mut channel: Option<(Arc<Channel>, Arc<Watch>)> = None;
+    let mut step = take.next(Instant::now());
     loop {
-        let Some(wait) = attempt.wait(Instant::now()) else {
-            return Ok(None);
-        };
-        let line = Acquire {
-            name: spec.name,
-            token: spec.token,
-            ttl: spec.ttl,
-            mode: spec.mode,
-            ephemeral: true,
-            wait,
-            data: spec.data,
-        }
-        .args();
-        let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
-        let sent = Instant::now();
-        let run = async {
-            let (mut conn, watch) = open(client).await?;
-            let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
-            Ok::<_, redis::RedisError>((v, conn, watch))
-        };
-        let answer = if bound == std::time::Duration::MAX {
-            run.await
-        } else {
-            match tokio::time::timeout(bound, run).await {
-                Ok(r) => r,
-                Err(_) => {
-                    return Err(Error::Timeout {
-                        name,
-                        what: "acquire",
+        step = match step {
+            Step::Send { line, wait } => {
+                channel = None;
+                let bound = Attempt::bound(wait, COMMAND_TIMEOUT);
+                let node = target.node(&line).await;
+                let run = async {
+                    let (client, asking) = node.clone()?;
+                    let (mut conn, watch) = open(&client).await?;
+                    if asking {
+                        redis::cmd("ASKING").query_async::<()>(&mut conn).await?;
+                    }
+                    let v = args::cmd(&line).query_async::<Value>(&mut conn).await?;
+                    Ok::<_, redis::RedisError>((v, conn, watch))
+                };
+                let answer = if bound == std::time::Duration::MAX {
+                    run.await
+                } else {
+                    match tokio::time::timeout(bound, run).await {
+                        Ok(r) => r,
+                        Err(_) => return Err(take.timed_out()),
+                    }
+                };
+                let answer = answer
+                    .map(|(v, conn, watch)| {
+                        last = Some((conn, watch));
+                        (v, None)
                     })
+                    .map_err(|e| target.learn(e, node));
+                take.answered(answer, Instant::now())
+            }
+            Step::Pause(d) => {
+                tokio::time::sleep(d).await;
+                take.next(Instant::now())
+            }
+            Step::Renew(lines) => {
+                let (ch, _) = bind(&mut channel, &mut last)?;
+                let mut outcomes = Vec::with_capacity(lines.len());
+                for l in &lines {
+                    let v = ch.send(l, COMMAND_TIMEOUT, &name, "acquire").await;
+                    outcomes.push(take::outcome(v.ok().as_ref()));
                 }
+                take.renewed(&outcomes, Instant::now())
             }
-        };
-        let (v, conn, watch) = match answer {
-            Ok(x) => x,
-            Err(e) => match attempt.failed(e, &name, Instant::now()) {
-                Next::Again => continue,
-                Next::Pause(d) => {
-                    tokio::time::sleep(d).await;
-                    continue;
-                }
-                Next::NotGranted => return Ok(None),
-                Next::Fail(e) => return Err(e),
-            },
-        };
-        let Some((token, fence)) = reply::grant(&v)? else {
-            if attempt.wait_on(Instant::now()) {
-                continue;
+            Step::Release(line) => {
+                let (ch, _) = bind(&mut channel, &mut last)?;
+                let _ = ch.send(&line, COMMAND_TIMEOUT, &name, "release").await;
+                take.next(Instant::now())
             }
-            return Ok(None);
-        };
-        let channel = Channel::owned(conn);
-        keep_alive(&channel);
-        let mut sent = sent;
-        if attempt.renew_at_once(sent, Instant::now(), spec.ttl.millis()) {
-            let renew_sent = Instant::now();
-            let line = args::extend(spec.name, &token, spec.ttl);
-            match channel
-                .send(&line, COMMAND_TIMEOUT, &name, "acquire")
-                .await
-                .map(|v| reply::one(&v, ""))
-            {
-                Ok(Ok(true)) => sent = renew_sent,
-                Ok(Ok(false)) => continue,
-                _ => {}
+            Step::Done(Ok(Some(g))) => {
+                let (channel, watch) = bind(&mut channel, &mut last)?;
+                return Ok(Some(Granted {
+                    token: g.token,
+                    fences: g.fences,
+                    sent: g.sent,
+                    channel,
+                    watch,
+                }));
             }
-        }
-        return Ok(Some(Granted {
-            token,
-            fence,
-            sent,
-            channel,
-            watch,
-        }));
+            Step::Done(other) => return other.map(|_| None),
+        };
     }
+}
+
+/// The channel of the connection that carried the grant (made once, kept alive).
+fn bind(
+    channel: &mut Option<(Arc<Channel>, Arc<Watch>)>,
+    last: &mut Option<(MultiplexedConnection, Arc<Watch>)>,
+) -> Result<(Arc<Channel>, Arc<Watch>)> {
+    if let Some(bound) = channel {
+        return Ok(bound.clone());
+    }
+    let Some((conn, watch)) = last.take() else {
+        return Err(Error::Invalid("a grant without its connection".into()));
+    };
+    let ch = Channel::owned(conn);
+    keep_alive(&ch);
+    *channel = Some((ch.clone(), watch.clone()));
+    Ok((ch, watch))
 }

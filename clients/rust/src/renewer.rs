@@ -9,13 +9,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::Value;
 
 use crate::core::args::{self, Ttl};
 use crate::core::durable::Replicas;
-use crate::core::error::{is_wrong_type, reply_text, Error};
 use crate::core::lease::{Leased, LostReason, Renewed, Schedule};
-use crate::core::reply;
+use crate::core::verdict;
 use crate::hold::Shared;
 
 /// A multiplexed connection of the client's own. Every request on it is bounded by its caller
@@ -32,142 +30,7 @@ pub(crate) fn unbounded() -> redis::AsyncConnectionConfig {
     redis::AsyncConnectionConfig::new().set_response_timeout(None)
 }
 
-/// Where the renewals of a locker's holds go: one multiplexed connection of the locker's own,
-/// opened when first needed and again after a failure.
-///
-/// A bound hold's channel is its owned connection (`owned`): never opened again, and closed
-/// only when the hold ends (closing it ends the hold in the server).
-pub(crate) struct Channel {
-    client: Option<redis::Client>,
-    conn: tokio::sync::Mutex<Option<MultiplexedConnection>>,
-    /// When the last request went out on it (the keep-alive of a bound hold's connection).
-    last_used: Mutex<Instant>,
-}
-
-impl Channel {
-    pub fn new(client: redis::Client) -> Arc<Channel> {
-        Arc::new(Channel {
-            client: Some(client),
-            conn: tokio::sync::Mutex::new(None),
-            last_used: Mutex::new(Instant::now()),
-        })
-    }
-
-    /// The channel of a bound hold: the connection it was granted on.
-    pub fn owned(conn: MultiplexedConnection) -> Arc<Channel> {
-        Arc::new(Channel {
-            client: None,
-            conn: tokio::sync::Mutex::new(Some(conn)),
-            last_used: Mutex::new(Instant::now()),
-        })
-    }
-
-    pub fn is_owned(&self) -> bool {
-        self.client.is_none()
-    }
-
-    /// When a request last went out on it.
-    pub fn last_used(&self) -> Instant {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
-    }
-
-    /// The connection if it is open (none is opened), counted as used now.
-    pub async fn current(&self) -> Option<MultiplexedConnection> {
-        let conn = self.conn.lock().await.clone();
-        if conn.is_some() {
-            self.touch();
-        }
-        conn
-    }
-
-    /// Closes the connection (of a bound hold: the server releases what is left of the hold).
-    pub async fn close(&self) {
-        *self.conn.lock().await = None;
-    }
-
-    /// Sends `args`, within `bound`: `Error::Timeout` past it (the connection is then dropped:
-    /// the next request opens another).
-    pub async fn send(
-        &self,
-        args: &[Vec<u8>],
-        bound: Duration,
-        name: &str,
-        what: &'static str,
-    ) -> Result<Value, Error> {
-        let none = |_: &Value| None;
-        let (v, _) = self.send_then(args, bound, name, what, none).await?;
-        Ok(v)
-    }
-
-    /// `send`, then, on the same connection, the follow-up `then` makes of the reply (a line
-    /// and its bound), if any: both replies.
-    pub async fn send_then(
-        &self,
-        args: &[Vec<u8>],
-        bound: Duration,
-        name: &str,
-        what: &'static str,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
-    ) -> Result<(Value, Option<Result<Value, Error>>), Error> {
-        self.touch();
-        let attempt = async {
-            let mut conn = {
-                let mut slot = self.conn.lock().await;
-                match slot.as_ref() {
-                    Some(c) => c.clone(),
-                    None => {
-                        let Some(client) = &self.client else {
-                            return Err(redis::RedisError::from(std::io::Error::new(
-                                std::io::ErrorKind::NotConnected,
-                                "the hold's own connection is closed",
-                            )));
-                        };
-                        let c = connect(client).await?;
-                        *slot = Some(c.clone());
-                        c
-                    }
-                }
-            };
-            let v = args::cmd(args).query_async::<Value>(&mut conn).await?;
-            Ok((v, conn))
-        };
-        let (v, mut conn) = match tokio::time::timeout(bound, attempt).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => {
-                if reply_text(&e).is_none() && !self.is_owned() {
-                    *self.conn.lock().await = None;
-                }
-                return Err(Error::Redis(e));
-            }
-            Err(_) => {
-                if !self.is_owned() {
-                    *self.conn.lock().await = None;
-                }
-                return Err(Error::Timeout {
-                    name: name.to_string(),
-                    what,
-                });
-            }
-        };
-        let Some((line, bound)) = then(&v) else {
-            return Ok((v, None));
-        };
-        let follow = args::cmd(&line);
-        let follow = follow.query_async::<Value>(&mut conn);
-        let follow = match tokio::time::timeout(bound, follow).await {
-            Ok(answer) => answer.map_err(Error::Redis),
-            Err(_) => Err(Error::Timeout {
-                name: name.to_string(),
-                what,
-            }),
-        };
-        Ok((v, Some(follow)))
-    }
-}
+pub(crate) use crate::channel::Channel;
 
 /// One schedule of lease clocks and renewals, and the loop that keeps it.
 #[derive(Default)]
@@ -228,24 +91,13 @@ async fn renew_key(hold: &Shared, key: &[u8], ttl_ms: u64, bound: Duration) -> R
     // With `replicas`, a renewal not acknowledged in time does not count (WAIT after it).
     let replicas = hold.replicas.get().copied();
     let then = Replicas::after(replicas, false, bound);
-    match hold
-        .channel
-        .send_then(&line, bound, &hold.name_lossy(), "renewal", then)
-        .await
-    {
-        Ok((v, acks)) => match reply::one(&v, "LOCK.EXTEND") {
-            Ok(true) => match replicas {
-                Some(r) if !r.acks(acks.as_ref().and_then(|a| a.as_ref().ok())).1 => {
-                    Renewed::Failed
-                }
-                _ => Renewed::Extended,
-            },
-            Ok(false) => Renewed::Gone,
-            Err(_) => Renewed::Failed,
-        },
-        Err(Error::Redis(e)) if reply_text(&e).is_some_and(|t| is_wrong_type(&t)) => Renewed::Gone,
-        Err(_) => Renewed::Failed,
-    }
+    let name = hold.name_lossy();
+    let answer = hold.channel.send_then(&line, bound, &name, "renewal", then);
+    let (answer, acks) = match answer.await {
+        Ok((v, acks)) => (Ok(v), acks.and_then(|a| a.ok())),
+        Err(e) => (Err(e), None),
+    };
+    verdict::renewal(answer, acks.as_ref(), replicas)
 }
 
 async fn renew(keeper: Arc<Keeper>, hold: Shared, bound: Duration, sent: Instant) {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use redislock_client::aio::Locker;
 use redislock_client::{Error, LostReason};
 
-use crate::common::Server;
+use crate::common::{clients_connected, until, Server};
 
 const SEC: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
@@ -156,4 +156,36 @@ async fn a_wait_in_the_server_longer_than_half_a_second_is_granted() {
     });
     assert!(waited >= 1200 * MS);
     assert!(second.unwrap().is_held());
+}
+
+/// The locker's connection closed by the server's `timeout` while idle: its next commands go
+/// out on a new one instead of failing.
+#[tokio::test]
+async fn an_idle_connection_the_server_closed_is_replaced() {
+    let server = Server::start();
+    let locker = Locker::open(server.url().as_str()).unwrap();
+    let lock = locker.lock("lock:idle").ttl(10 * SEC).auto_renew(false);
+    assert_eq!(lock.info().await.unwrap(), None); // the locker's connection is open now
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "1"])
+        .query(&mut server.conn())
+        .unwrap();
+    let closed = || {
+        until(20 * SEC, "the server to close the idle connection", || {
+            clients_connected(&server) == 0
+        })
+    };
+    closed();
+    let hold = lock.try_acquire().await.unwrap().expect("granted");
+    closed();
+    assert!(lock.info().await.unwrap().is_some());
+    closed();
+    assert!(locker.locked("lock:idle").await.unwrap());
+    closed();
+    hold.release().await.unwrap();
+    closed();
+    let () = redis::cmd("CONFIG")
+        .arg(&["SET", "timeout", "0"])
+        .query(&mut server.conn())
+        .unwrap();
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redislock_client::{Error, Locker, Mode, Token};
 
-use crate::common::{until, Server};
+use crate::common::{clients_connected, until, Server};
 
 const SEC: Duration = Duration::from_secs(1);
 
@@ -142,14 +142,6 @@ fn a_stopped_server_times_out_a_wait() {
     unsafe {
         libc::kill(server.pid(), libc::SIGCONT);
     }
-}
-
-fn clients_connected(server: &Server) -> usize {
-    let list: String = redis::cmd("CLIENT")
-        .arg("LIST")
-        .query(&mut server.conn())
-        .unwrap();
-    list.lines().count() - 1 // the CLIENT LIST's own connection
 }
 
 /// The locker's idle connections closed by the server's `timeout`: its next commands go out on

@@ -5,7 +5,11 @@ mod common;
 
 mod aio;
 mod blocking;
+mod cluster;
+mod cluster_compose;
+mod cluster_more;
 mod durable;
+mod durable_aof;
 mod election;
 mod election_run;
 mod ephemeral;
@@ -15,3 +19,4 @@ mod guarded;
 mod lease;
 mod locked;
 mod multi;
+mod multi_ephemeral;

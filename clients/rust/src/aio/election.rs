@@ -6,14 +6,11 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::{Cancel, RunState, Stopper, Term};
 use crate::core::acquire::Attempt;
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{Error, Result};
-use crate::core::lease::Leased;
-use crate::core::reply;
 use crate::follow::{Follow, OnElected, OnNewLeader};
-use crate::hold::{HoldState, OnLost};
-use crate::lost::{Lost, LostSignal};
+use crate::hold::{OnLost, Plan};
 use crate::owned;
 use crate::renewer::runtime_keeper;
 use crate::COMMAND_TIMEOUT;
@@ -51,65 +48,6 @@ impl Locker {
 }
 
 impl Election {
-    pub fn lease(mut self, lease: Duration) -> Election {
-        self.lease = Ttl::from_duration(lease);
-        self
-    }
-
-    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Election {
-        self.data = Some(data.into());
-        self
-    }
-
-    /// Called once per loss of leadership, in the runtime's renewal task.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each term it is elected in, before the work (see the blocking
-    /// [`crate::Election::on_elected`]).
-    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
-        self.on_elected = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each change of leader an observer of its own (a task of the
-    /// runtime) sees, never after `run` returned (see the blocking
-    /// [`crate::Election::on_new_leader`]).
-    pub fn on_new_leader(
-        mut self,
-        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
-    ) -> Election {
-        self.on_new_leader = Some(Arc::new(f));
-        self
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.name
-    }
-
-    fn label(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.hold.as_ref().is_some_and(Hold::is_held)
-    }
-
-    pub fn term(&self) -> Option<u64> {
-        self.hold.as_ref().filter(|h| h.is_held()).map(Hold::fence)
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.hold.as_ref().map_or(Duration::ZERO, Hold::lease_left)
-    }
-
-    /// The lost signal of the last term granted (`None` before the first).
-    pub fn lost(&self) -> Option<LostSignal> {
-        self.hold.as_ref().map(Hold::lost)
-    }
-
     /// Waits in the server to lead, up to `wait` (`None`: without limit): the term;
     /// `Error::Busy` if not elected in time. Dropping the future leaves the queue at once.
     pub async fn campaign(&mut self, wait: Option<Duration>) -> Result<u64> {
@@ -139,7 +77,7 @@ impl Election {
                 data: self.data.as_deref(),
             };
             let stopped = self.run.stopped.clone();
-            let client = &self.locker.inner.client;
+            let client = self.locker.inner.target();
             let granted = tokio::select! {
                 g = owned::acquire(client, spec, attempt) => g?,
                 _ = stopped.wait(), if stoppable => return Ok(None),
@@ -150,34 +88,20 @@ impl Election {
                 }
                 return Ok(None);
             };
-            let run = self.run.clone();
-            let user = self.on_lost.clone();
-            let on_lost: OnLost = Arc::new(move |l: &Lost| {
-                run.end_current();
-                if let Some(f) = &user {
-                    f(l);
-                }
-            });
-            let state = HoldState::new(
-                self.name.clone(),
-                g.token,
-                g.fence,
-                self.lease.millis(),
-                g.sent,
-                true,
-                Some(on_lost),
-                g.channel,
-            );
+            let on_lost = self.run.on_lost(self.on_lost.clone());
             let keeper = runtime_keeper();
-            keeper.add(&state);
-            g.watch.attach(&state, keeper.clone());
+            let fence = g.fences[0];
+            let state = g.schedule(
+                &Plan::one(&self.name, self.lease).renewed(true, Some(on_lost)),
+                &keeper,
+            );
             self.hold = Some(Hold {
                 state,
                 locker: self.locker.clone(),
                 keeper,
                 done: false,
             });
-            return Ok(Some(g.fence));
+            return Ok(Some(fence));
         }
     }
 
@@ -186,11 +110,7 @@ impl Election {
         let Some(hold) = self.hold.take() else {
             return Ok(false);
         };
-        match hold.release().await {
-            Ok(()) => Ok(true),
-            Err(Error::NotOwner { .. } | Error::Lost { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        election::resigned(hold.release().await)
     }
 
     /// Who leads now: `None` when nobody does.
@@ -213,31 +133,16 @@ impl Election {
         let Some(hold) = self.hold.as_ref().filter(|h| h.is_held()) else {
             return Err(Error::NotOwner { name });
         };
-        let token = Token::Given(hold.token().to_vec());
-        let line = Acquire {
-            name: &self.name,
-            token: &token,
-            ttl: self.lease,
-            mode: Mode::Exclusive,
-            ephemeral: true,
-            wait: Wait::No,
-            data: Some(&value),
-        }
-        .args();
+        let line = election::proclamation(&self.name, hold.token(), self.lease, &value);
         let sent = Instant::now();
         let inner = &self.locker.inner;
         let v = inner
             .send_hold(&hold.state, &line, COMMAND_TIMEOUT, "proclaim")
             .await?;
-        match election::proclaimed(reply::grant(&v)?, hold.fence()) {
+        match election::proclamation_reply(&v, hold.fence())? {
             Proclaimed::Done => {
-                let moved = {
-                    let mut lease = hold.state.lease();
-                    (!lease.ended).then(|| lease.extended(sent, self.lease.millis()))
-                };
-                if moved.is_some() {
-                    hold.keeper.add(&hold.state);
-                }
+                let ttl_ms = self.lease.millis();
+                hold.state.extended(&hold.keeper, sent, ttl_ms, Ok(()))?;
                 self.data = Some(value);
                 Ok(())
             }
@@ -254,7 +159,7 @@ impl Election {
 
     /// The changes of leader (see the blocking [`crate::Observer`]): `observer.next().await`.
     pub fn observe(&self) -> Observer {
-        Observer::new(self.locker.inner.client.clone(), self.name.clone())
+        Observer::new(self.locker.inner.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from anywhere.
@@ -301,7 +206,7 @@ impl Election {
         F: FnMut(Term) -> Fut,
         Fut: Future<Output = ()>,
     {
-        let mut failures = 0;
+        let mut retries = election::Retries::default();
         loop {
             if self.run.stopped.is_set() {
                 return Ok(());
@@ -311,7 +216,7 @@ impl Election {
             match self.elect(None, true).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(term)) => {
-                    failures = 0;
+                    retries.elected();
                     if !self.is_leader() || self.run.stopped.is_set() {
                         ended.fire();
                     }
@@ -331,14 +236,14 @@ impl Election {
                     ended.fire();
                     let _ = self.resign().await;
                 }
-                Err(e) if election::run_retries(&e) => {
-                    let pause = election::retry_pause(failures);
-                    failures = failures.saturating_add(1);
+                Err(e) => {
+                    let pause = retries.failed(e)?;
                     let _ = tokio::time::timeout(pause, self.run.stopped.wait()).await;
                 }
-                Err(e) => return Err(e),
             }
             self.run.set_current(None);
         }
     }
 }
+
+crate::surface::election_surface!(Election);

@@ -5,11 +5,9 @@ use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
 use crate::core::durable::Replicas;
-use crate::core::error::{Error, Result};
-use crate::core::lease::{Leased, LostReason};
-use crate::core::reply;
+use crate::core::error::Result;
+use crate::core::verdict;
 use crate::hold::Shared;
-use crate::lost::LostSignal;
 use crate::renewer::Keeper;
 
 use super::Locker;
@@ -33,42 +31,13 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
-    pub fn fence(&self) -> u64 {
-        self.state.fence
-    }
-
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.state.name
-    }
-
-    /// Held by the lease clock (asks nothing of the server).
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.state.left().is_zero()
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the hold is lost; `hold.lost().wait().await` waits for it.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn bound(&self) -> Duration {
         self.lease_left().max(Duration::from_secs(1))
     }
 
     /// Sets the lease to `ttl` from now (see the blocking [`crate::Hold::extend`]).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let name = self.state.name_lossy();
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost { name });
-        }
+        self.state.live(self.done)?;
         let ttl = Ttl::from_duration(ttl);
         let sent = Instant::now();
         let line = args::extend(&self.state.name, &self.state.token, ttl);
@@ -80,32 +49,13 @@ impl Hold {
             .send_hold_then(&self.state, &line, self.bound(), "extend", then)
             .await;
         let (answer, acks) = match answer {
-            Ok((v, acks)) => (reply::one(&v, "LOCK.EXTEND"), acks),
+            Ok((v, acks)) => (Ok(v), acks.and_then(|a| a.ok())),
             Err(e) => (Err(e), None),
         };
-        match answer {
-            Ok(true) => {
-                if let Some(r) = replicas {
-                    let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
-                    if !ok {
-                        return Err(r.shortfall(&name, count));
-                    }
-                }
-                let moved = {
-                    let mut lease = self.state.lease();
-                    (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-                };
-                if moved.is_some() {
-                    self.keeper.add(&self.state);
-                }
-                Ok(())
-            }
-            Ok(false) | Err(Error::NotOwner { .. }) => {
-                self.state.lose(&self.keeper, LostReason::Gone);
-                Err(Error::NotOwner { name })
-            }
-            Err(e) => Err(e),
-        }
+        let name = self.state.name_lossy();
+        let verdict = verdict::extension(answer, acks.as_ref(), replicas, &name);
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// LOCK.CALL (see the blocking [`crate::Hold::call`]).
@@ -139,32 +89,19 @@ async fn release(
     keeper: Arc<Keeper>,
     bound: Duration,
 ) -> Result<()> {
-    let lost = {
-        let lease = state.lease();
-        lease.lost.is_some() || lease.left(Instant::now()).is_zero()
-    };
-    keeper.remove(&state);
-    let name = state.name_lossy();
+    let lost = state.ending(&keeper);
     let line = args::release(&state.name, &state.token);
-    // As the blocking release: nothing to send for a lost bound hold.
-    let released = if lost && state.channel.is_owned() {
-        Ok(false)
-    } else {
+    let released = if verdict::release_sent(lost, state.channel.is_owned()) {
         let answer = locker
             .inner
             .send_hold(&state, &line, bound, "release")
             .await;
-        answer.and_then(|v| reply::one(&v, "LOCK.RELEASE"))
+        Some(answer.and_then(|v| verdict::released_one(&v)))
+    } else {
+        None
     };
     state.close_owned();
-    if lost {
-        return Err(Error::Lost { name });
-    }
-    if !released? {
-        Err(Error::NotOwner { name })
-    } else {
-        Ok(())
-    }
+    verdict::released(lost, released, 1, &state.name_lossy())
 }
 
 impl Drop for Hold {
@@ -185,3 +122,5 @@ impl Drop for Hold {
         }
     }
 }
+
+crate::surface::hold_accessors!(one Hold);

@@ -2,27 +2,43 @@
 //! clocks and renewals of a runtime's holds run in one task of that runtime. Commands go on one
 //! multiplexed connection of the locker's own; each wait in the server on a connection of its
 //! own (dropping the `acquire` future closes it, and the server drops the waiter at once).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redislock_client::aio::Locker;
+//!
+//! # async fn run() -> redislock_client::Result<()> {
+//! let locker = Locker::open("redis://127.0.0.1:6379/")?;
+//! let hold = locker.lock("lock:report").acquire(Duration::from_secs(5)).await?;
+//! println!("holding lock:report with fence {}", hold.fence());
+//! hold.release().await?;
+//! # Ok(())
+//! # }
+//! ```
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
+use crate::core::durable::Follow;
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
-use crate::hold::{HoldState, OnLost, Shared};
+use crate::core::take::Take;
+use crate::hold::{OnLost, Plan, Shared};
 
+mod cluster;
 mod election;
 mod hold;
 mod multi;
 mod observe;
 mod waited;
 
-use crate::lost::Lost;
 use crate::owned;
 use crate::renewer::{runtime_keeper, Channel};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
@@ -34,6 +50,8 @@ pub use observe::Observer;
 struct Inner {
     client: redis::Client,
     channel: Arc<Channel>,
+    /// On a Cluster: the slot table and the nodes' connections.
+    route: Option<Arc<crate::route::Route>>,
 }
 
 impl Inner {
@@ -57,7 +75,7 @@ impl Inner {
         line: &[Vec<u8>],
         bound: Duration,
         what: &'static str,
-        then: impl FnOnce(&Value) -> Option<(Vec<Vec<u8>>, Duration)>,
+        then: impl FnOnce(&Value) -> Option<Follow>,
     ) -> Result<(Value, Option<Result<Value>>)> {
         let channel = if hold.channel.is_owned() {
             &hold.channel
@@ -78,7 +96,11 @@ impl Inner {
         name: &str,
         what: &'static str,
     ) -> Result<T> {
-        match self.channel.send(line, COMMAND_TIMEOUT, name, what).await {
+        match self
+            .channel
+            .send_once(line, COMMAND_TIMEOUT, name, what)
+            .await
+        {
             Ok(v) => reply::inner(v),
             Err(Error::Redis(e)) => Err(translate_guarded(e, name, what)),
             Err(e) => Err(e),
@@ -97,12 +119,6 @@ impl Inner {
             other => other,
         }
     }
-
-    /// A wait, on a connection of its own.
-    async fn wait(&self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Option<Value>> {
-        let answer = waited::wait(&self.client, line, bound, |_| None).await?;
-        Ok(answer.map(|(v, _)| v))
-    }
 }
 
 /// The entry point on one server (see the blocking [`crate::Locker`]). Clones share the
@@ -118,6 +134,7 @@ impl Locker {
             inner: Arc::new(Inner {
                 channel: Channel::new(client.clone()),
                 client,
+                route: None,
             }),
         }
     }
@@ -137,7 +154,8 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
-            replicas: None,
+            durable: Replicas::default(),
+            aof_checked: Arc::default(),
         }
     }
 
@@ -198,49 +216,12 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
-    replicas: Option<Replicas>,
+    durable: Replicas,
+    /// `WAITAOF` was found on the server (checked before the first grant that asks for it).
+    aof_checked: Arc<AtomicBool>,
 }
 
 impl Lock {
-    pub fn ttl(mut self, ttl: Duration) -> Lock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
-    pub fn mode(mut self, mode: Mode) -> Lock {
-        self.mode = mode;
-        self
-    }
-
-    pub fn auto_renew(mut self, on: bool) -> Lock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss, in the runtime's renewal task (keep it short).
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    pub fn token(mut self, token: Token) -> Lock {
-        self.token = Some(token);
-        self
-    }
-
-    /// Bind each grant to a connection of its own (see the blocking [`crate::Lock::ephemeral`]).
-    pub fn ephemeral(mut self, on: bool) -> Lock {
-        self.ephemeral = on;
-        self
-    }
-
-    /// Grants and extensions acknowledged by `replicas` replicas (see the blocking
-    /// [`crate::Lock::replicas`]).
-    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.replicas = Replicas::new(replicas, timeout);
-        self
-    }
-
     fn name_lossy(&self) -> String {
         String::from_utf8_lossy(&self.name).into_owned()
     }
@@ -273,27 +254,13 @@ impl Lock {
             data: None,
         };
         let Some(g) =
-            owned::acquire(&self.locker.inner.client, spec, Attempt::new(deadline)).await?
+            owned::acquire(self.locker.inner.target(), spec, Attempt::new(deadline)).await?
         else {
             return Ok(None);
         };
-        owned::confirm(&g, &self.name, self.replicas, self.ttl).await?;
-        let state = HoldState::new(
-            self.name.clone(),
-            g.token,
-            g.fence,
-            self.ttl.millis(),
-            g.sent,
-            self.auto_renew,
-            self.on_lost.clone(),
-            g.channel,
-        );
-        if let Some(r) = self.replicas {
-            let _ = state.replicas.set(r);
-        }
+        owned::confirm(&g, &self.name, self.durable.asked(), self.ttl).await?;
         let keeper = runtime_keeper();
-        keeper.add(&state);
-        g.watch.attach(&state, keeper.clone());
+        let state = g.schedule(&self.plan(), &keeper);
         Ok(Some(Hold {
             state,
             locker: self.locker.clone(),
@@ -302,122 +269,62 @@ impl Lock {
         }))
     }
 
+    /// What each hold of this lock is given.
+    fn plan(&self) -> Plan {
+        Plan::one(&self.name, self.ttl)
+            .renewed(self.auto_renew, self.on_lost.clone())
+            .replicas(self.durable.asked())
+    }
+
+    /// Before the first grant that asks for `WAITAOF`: the server must answer it.
+    async fn check_aof(&self) -> Result<()> {
+        let Some(line) = self.durable.probe() else {
+            return Ok(());
+        };
+        if self.aof_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let name = self.name_lossy();
+        let channel = &self.locker.inner.channel;
+        let probe = channel.send_about(&self.name, &line, COMMAND_TIMEOUT, &name, "acquire");
+        match probe.await {
+            Ok(_) => {}
+            Err(Error::Redis(e)) => return Err(self.durable.probe_failed(e, &name)),
+            Err(e) => return Err(e),
+        }
+        self.aof_checked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     async fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        self.check_aof().await?;
         if self.ephemeral {
             return self.take_bound(deadline).await;
         }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let name = self.name_lossy();
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = Acquire {
-                name: &self.name,
-                token: &token,
-                ttl: self.ttl,
-                mode: self.mode,
-                ephemeral: false,
-                wait,
-                data: None,
-            }
-            .args();
-            let sent = Instant::now();
-            let lease = Duration::from_millis(self.ttl.millis());
-            let then = Replicas::after(self.replicas, true, lease);
-            let answer = match wait {
-                Wait::No => match inner
-                    .channel
-                    .send_then(&line, COMMAND_TIMEOUT, &name, "acquire", then)
-                    .await
-                {
-                    Ok((v, acks)) => Ok((v, acks.and_then(|a| a.ok()))),
-                    Err(Error::Redis(e)) => Err(e),
-                    Err(e) => return Err(e),
-                },
-                _ => match waited::wait(
-                    &inner.client,
-                    &line,
-                    Attempt::bound(wait, COMMAND_TIMEOUT),
-                    then,
-                )
-                .await
-                {
-                    Ok(Some(v)) => Ok(v),
-                    Ok(None) => {
-                        return Err(Error::Timeout {
-                            name,
-                            what: "acquire",
-                        })
-                    }
-                    Err(e) => Err(e),
-                },
-            };
-            let (v, acks) = match answer {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &name, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        tokio::time::sleep(d).await;
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fence)) = reply::grant(&v)? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            if let Some(r) = self.replicas {
-                let (count, ok) = r.acks(acks.as_ref());
-                if !ok {
-                    let release = args::release(&self.name, &granted);
-                    let _ = inner
-                        .send(&release, COMMAND_TIMEOUT, &name, "release")
-                        .await;
-                    return Err(r.shortfall(&name, count));
-                }
-            }
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let line = args::extend(&self.name, &granted, self.ttl);
-                match inner
-                    .send(&line, COMMAND_TIMEOUT, &name, "acquire")
-                    .await
-                    .map(|v| reply::one(&v, ""))
-                {
-                    Ok(Ok(true)) => sent = renew_sent,
-                    Ok(Ok(false)) => continue,
-                    _ => {}
-                }
-            }
-            let state = HoldState::new(
-                self.name.clone(),
-                granted,
-                fence,
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            if let Some(r) = self.replicas {
-                let _ = state.replicas.set(r);
-            }
-            let keeper = runtime_keeper();
-            keeper.add(&state);
-            return Ok(Some(Hold {
-                state,
-                locker: self.locker.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        let take = Take::one(
+            &self.name,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        )
+        .replicas(self.durable.asked());
+        let Some(g) = inner.acquire(take).await? else {
+            return Ok(None);
+        };
+        let keeper = runtime_keeper();
+        let (channel, plan) = (inner.channel.clone(), self.plan());
+        let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
+        Ok(Some(Hold {
+            state,
+            locker: self.locker.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
+
+crate::surface::lock_builders!(Lock);
+crate::surface::durable_builders!(Lock);

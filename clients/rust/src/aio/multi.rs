@@ -5,14 +5,15 @@ use std::time::{Duration, Instant};
 
 use redis::Value;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Mode, Token, Ttl, Wait};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{Error, Result};
-use crate::core::lease::{Leased, LostReason, Renewed};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
-use crate::hold::{HoldState, OnLost, Shared};
-use crate::lost::{Lost, LostSignal};
+use crate::core::take::Take;
+use crate::core::verdict;
+use crate::hold::{OnLost, Plan, Shared};
+use crate::owned;
 use crate::renewer::{runtime_keeper, Keeper};
 use crate::{COMMAND_TIMEOUT, DEFAULT_LEASE};
 
@@ -24,10 +25,11 @@ pub struct MultiLock {
     locker: Locker,
     names: Vec<Vec<u8>>,
     ttl: Ttl,
-    shared: bool,
+    mode: Mode,
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl Locker {
@@ -37,37 +39,18 @@ impl Locker {
             locker: self.clone(),
             names: names.into_iter().map(Into::into).collect(),
             ttl: Ttl::from_duration(DEFAULT_LEASE),
-            shared: false,
+            mode: Mode::Exclusive,
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 }
 
 impl MultiLock {
-    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     pub fn shared(mut self, on: bool) -> MultiLock {
-        self.shared = on;
-        self
-    }
-
-    pub fn auto_renew(mut self, on: bool) -> MultiLock {
-        self.auto_renew = on;
-        self
-    }
-
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    pub fn token(mut self, token: Token) -> MultiLock {
-        self.token = Some(token);
+        self.mode = if on { Mode::Shared } else { Mode::Exclusive };
         self
     }
 
@@ -99,117 +82,40 @@ impl MultiLock {
             })
     }
 
-    async fn send(
-        &self,
-        line: &[Vec<u8>],
-        wait: Wait,
-        label: &str,
-    ) -> Result<redis::RedisResult<Value>> {
-        let inner = &self.locker.inner;
-        Ok(match wait {
-            Wait::No => match inner
-                .channel
-                .send(line, COMMAND_TIMEOUT, label, "acquire")
-                .await
-            {
-                Ok(v) => Ok(v),
-                Err(Error::Redis(e)) => Err(e),
-                Err(e) => return Err(e),
-            },
-            _ => match inner
-                .wait(line, Attempt::bound(wait, COMMAND_TIMEOUT))
-                .await
-            {
-                Ok(Some(v)) => Ok(v),
-                Ok(None) => {
-                    return Err(Error::Timeout {
-                        name: label.to_string(),
-                        what: "acquire",
-                    })
-                }
-                Err(e) => Err(e),
-            },
-        })
-    }
-
     async fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
-        multi::check_names(&self.names)?;
         let inner = &self.locker.inner;
-        let label = multi::label(&self.names);
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mode = if self.shared {
-            Mode::Shared
+        let take = Take::all(
+            &self.names,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        );
+        let keeper = runtime_keeper();
+        let plan = Plan::all(&self.names, self.ttl).renewed(self.auto_renew, self.on_lost.clone());
+        let (state, fences) = if self.ephemeral {
+            let Some(g) = owned::acquire_as(inner.target(), take.ephemeral(None)).await? else {
+                return Ok(None);
+            };
+            let fences = g.fences.clone();
+            (g.schedule(&plan, &keeper), fences)
         } else {
-            Mode::Exclusive
+            let Some(g) = inner.acquire(take).await? else {
+                return Ok(None);
+            };
+            let channel = inner.channel.clone();
+            let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
+            (state, g.fences)
         };
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
-            let sent = Instant::now();
-            let v = match self.send(&line, wait, &label).await? {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &label, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        tokio::time::sleep(d).await;
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let mut outcomes = Vec::new();
-                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
-                    let answer = inner.send(&line, COMMAND_TIMEOUT, &label, "acquire").await;
-                    outcomes.push(match answer.map(|v| reply::one(&v, "LOCK.EXTEND")) {
-                        Ok(Ok(true)) => Renewed::Extended,
-                        Ok(Ok(false)) => Renewed::Gone,
-                        _ => Renewed::Failed,
-                    });
-                }
-                match multi::renewal(&outcomes, self.names.len()) {
-                    Renewed::Extended => sent = renew_sent,
-                    Renewed::Gone => {
-                        let back = multi::release_all(&self.names, &granted);
-                        let _ = inner.send(&back, COMMAND_TIMEOUT, &label, "acquire").await;
-                        continue;
-                    }
-                    Renewed::Failed => {}
-                }
-            }
-            let state = HoldState::multi(
-                self.names.clone(),
-                granted,
-                fences[0],
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            let keeper = runtime_keeper();
-            keeper.add(&state);
-            return Ok(Some(MultiHold {
-                state,
-                fences,
-                ttl: self.ttl,
-                locker: self.locker.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        Ok(Some(MultiHold {
+            state,
+            fences,
+            ttl: self.ttl,
+            locker: self.locker.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
 
@@ -234,37 +140,6 @@ impl std::fmt::Debug for MultiHold {
 }
 
 impl MultiHold {
-    pub fn names(&self) -> &[Vec<u8>] {
-        &self.state.keys
-    }
-
-    /// The fence of each key, in the order of the names.
-    pub fn fences(&self) -> &[u64] {
-        &self.fences
-    }
-
-    /// The fence of the key `name`; `None` if it is not one of the keys.
-    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
-        let i = self.names().iter().position(|n| n == name.as_ref())?;
-        Some(self.fences[i])
-    }
-
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn label(&self) -> String {
         self.state.name_lossy()
     }
@@ -287,30 +162,23 @@ impl MultiHold {
     }
 
     async fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost { name: self.label() });
-        }
+        self.state.live(self.done)?;
         let sent = Instant::now();
         let bound = self.lease_left().max(Duration::from_secs(1));
+        let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
-            let answer = self.send(&line, bound, what).await;
-            match answer.and_then(|v| reply::one(&v, "LOCK.EXTEND")) {
-                Ok(true) => {}
-                Ok(false) | Err(Error::NotOwner { .. }) => {
-                    self.state.lose(&self.keeper, LostReason::Gone);
-                    return Err(Error::NotOwner { name: self.label() });
-                }
-                Err(e) => return Err(e),
+            let answer = self
+                .locker
+                .inner
+                .send_hold(&self.state, &line, bound, what)
+                .await;
+            verdict = verdict::extension(answer, None, None, &self.label());
+            if verdict.is_err() {
+                break;
             }
         }
-        let moved = {
-            let mut lease = self.state.lease();
-            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-        };
-        if moved.is_some() {
-            self.keeper.add(&self.state);
-        }
-        Ok(())
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// Asks the server whether every key still has this grant.
@@ -322,10 +190,7 @@ impl MultiHold {
             let v = self
                 .send(&args::info(name), COMMAND_TIMEOUT, "owned")
                 .await?;
-            let mine = reply::info(&v)?
-                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
-                .unwrap_or(false);
-            if !mine {
+            if !verdict::owns(reply::info(&v)?, self.token(), *fence) {
                 return Ok(false);
             }
         }
@@ -357,23 +222,21 @@ impl MultiHold {
 }
 
 async fn release(state: Shared, locker: Locker, keeper: Arc<Keeper>, keys: usize) -> Result<()> {
-    let lost = state.lease().lost.is_some() || state.left().is_zero();
     let bound = state.left().max(Duration::from_secs(1));
-    keeper.remove(&state);
+    let lost = state.ending(&keeper);
     let label = state.name_lossy();
     let line = multi::release_all(&state.keys, &state.token);
-    let count = locker
-        .inner
-        .send(&line, bound, &label, "release")
-        .await
-        .and_then(|v| multi::released(&v));
-    if lost {
-        return Err(Error::Lost { name: label });
-    }
-    if count? != keys as u64 {
-        return Err(Error::NotOwner { name: label });
-    }
-    Ok(())
+    let count = if verdict::release_sent(lost, state.channel.is_owned()) {
+        let answer = locker
+            .inner
+            .send_hold(&state, &line, bound, "release")
+            .await;
+        Some(answer.and_then(|v| multi::released(&v)))
+    } else {
+        None
+    };
+    state.close_owned();
+    verdict::released(lost, count, keys as u64, &label)
 }
 
 impl Drop for MultiHold {
@@ -393,3 +256,6 @@ impl Drop for MultiHold {
         }
     }
 }
+
+crate::surface::lock_builders!(MultiLock);
+crate::surface::hold_accessors!(many MultiHold);

@@ -5,16 +5,17 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 
-use crate::core::acquire::WAIT_GRACE;
 use crate::core::args;
-use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, translate, Result};
-use crate::COMMAND_TIMEOUT;
+use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
+use crate::core::error::Result;
+use crate::node_of::NodeOf;
 
 /// The changes of leader, awaited one by one with `next()` (see the blocking
 /// [`crate::Observer`]).
 pub struct Observer {
-    client: redis::Client,
+    client: NodeOf,
+    /// The client the connection was opened from.
+    opened: Option<redis::Client>,
     name: Vec<u8>,
     obs: Observation,
     conn: Option<MultiplexedConnection>,
@@ -22,9 +23,10 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(client: redis::Client, name: Vec<u8>) -> Observer {
+    pub(crate) fn new(client: impl Into<NodeOf>, name: Vec<u8>) -> Observer {
         Observer {
-            client,
+            client: client.into(),
+            opened: None,
             name,
             obs: Observation::new(),
             conn: None,
@@ -33,12 +35,15 @@ impl Observer {
     }
 
     async fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
-        let client = &self.client;
+        let (client, opened) = (&self.client, &mut self.opened);
         let slot = &mut self.conn;
         let run = async {
             let conn = match slot.as_mut() {
                 Some(c) => c,
-                None => slot.insert(crate::renewer::connect(client).await?),
+                None => {
+                    let client = opened.insert(client.client().await?);
+                    slot.insert(crate::renewer::connect(client).await?)
+                }
             };
             args::cmd(line).query_async::<Value>(conn).await
         };
@@ -46,8 +51,10 @@ impl Observer {
             Ok(r) => r,
             Err(_) => Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()),
         };
-        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
-            self.conn = None;
+        if let Err(e) = &answer {
+            if self.client.reopen(e, self.opened.as_ref()) {
+                self.conn = None;
+            }
         }
         answer
     }
@@ -59,26 +66,16 @@ impl Observer {
             return None;
         }
         loop {
-            let (line, block) = self.obs.request(&self.name, OBSERVE_BLOCK);
-            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
-            let failure = match self.send(&line, bound).await {
-                Ok(v) => match self.obs.answer(&v) {
-                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
-                    Ok(Change::Vacant) => return Some(Ok(None)),
-                    Ok(Change::Unchanged) => continue,
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
-                },
-                Err(e) => e,
-            };
-            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
-                self.done = true;
-                let name = String::from_utf8_lossy(&self.name).into_owned();
-                return Some(Err(translate(failure, &name, "observe")));
+            let (line, bound) = self.obs.next_request(&self.name, OBSERVE_BLOCK);
+            let answer = self.send(&line, bound).await;
+            match self.obs.step(answer, &self.name) {
+                Step::Give(given) => {
+                    self.done = self.obs.ended();
+                    return Some(given);
+                }
+                Step::Again => {}
+                Step::Pause(pause) => tokio::time::sleep(pause).await,
             }
-            tokio::time::sleep(self.obs.failed()).await;
         }
     }
 }

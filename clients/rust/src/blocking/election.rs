@@ -7,14 +7,11 @@ use std::time::{Duration, Instant};
 
 use crate::cancel::{Cancel, RunState, Stopper, Term};
 use crate::core::acquire::Attempt;
-use crate::core::args::{self, Acquire, Mode, Token, Ttl, Wait};
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::election::{self, Leader, Proclaimed};
 use crate::core::error::{translate, Error, Result};
-use crate::core::lease::Leased;
-use crate::core::reply;
 use crate::follow::{Follow, OnElected, OnNewLeader};
-use crate::hold::{HoldState, OnLost};
-use crate::lost::{Lost, LostSignal};
+use crate::hold::{OnLost, Plan};
 use crate::owned;
 use crate::renewer::{blocking_keeper, run_blocking};
 use crate::COMMAND_TIMEOUT;
@@ -63,71 +60,6 @@ impl std::fmt::Debug for Election {
 }
 
 impl Election {
-    /// The lease of a term (default 10 s): a leader cut off from the server is signalled lost,
-    /// and succeeded, within it.
-    pub fn lease(mut self, lease: Duration) -> Election {
-        self.lease = Ttl::from_duration(lease);
-        self
-    }
-
-    /// The candidate's public data (1 to 4096 bytes), what observers see while it leads.
-    pub fn data(mut self, data: impl Into<Vec<u8>>) -> Election {
-        self.data = Some(data.into());
-        self
-    }
-
-    /// Called once per loss of leadership, on the renewal thread.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Election {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each term it is elected in, before the work (also for a term
-    /// that ended already, whose work is not called).
-    pub fn on_elected(mut self, f: impl Fn(u64) + Send + Sync + 'static) -> Election {
-        self.on_elected = Some(Arc::new(f));
-        self
-    }
-
-    /// `run` calls this with each change of leader an observer of its own sees (`Some`: a new
-    /// leader or value; `None`: nobody leads after a leader), from a thread of the run's own,
-    /// never after `run` returned.
-    pub fn on_new_leader(
-        mut self,
-        f: impl Fn(Option<&Leader>) + Send + Sync + 'static,
-    ) -> Election {
-        self.on_new_leader = Some(Arc::new(f));
-        self
-    }
-
-    pub fn name(&self) -> &[u8] {
-        &self.name
-    }
-
-    fn label(&self) -> String {
-        String::from_utf8_lossy(&self.name).into_owned()
-    }
-
-    /// This candidate leads: its term was granted and its lease clock has not run out.
-    pub fn is_leader(&self) -> bool {
-        self.hold.as_ref().is_some_and(Hold::is_held)
-    }
-
-    /// The term this candidate leads in.
-    pub fn term(&self) -> Option<u64> {
-        self.hold.as_ref().filter(|h| h.is_held()).map(Hold::fence)
-    }
-
-    /// Time left on the term's lease clock (zero when not leading).
-    pub fn lease_left(&self) -> Duration {
-        self.hold.as_ref().map_or(Duration::ZERO, Hold::lease_left)
-    }
-
-    /// The lost signal of the last term granted (`None` before the first).
-    pub fn lost(&self) -> Option<LostSignal> {
-        self.hold.as_ref().map(Hold::lost)
-    }
-
     /// Waits in the server to lead (first come, first served among the candidates), up to
     /// `wait` (`None`: without limit): the term. At once if this candidate leads already;
     /// `Error::Busy` if not elected in time.
@@ -149,7 +81,7 @@ impl Election {
             // Without limit: `BLOCK 0`.
             let attempt = deadline.map_or_else(Attempt::forever, |d| Attempt::new(Some(d)));
             let (client, name, ttl, data) = (
-                self.locker.client().clone(),
+                self.locker.inner.conns.target(),
                 self.name.clone(),
                 self.lease,
                 self.data.clone(),
@@ -165,7 +97,7 @@ impl Election {
                     data: data.as_deref(),
                 };
                 tokio::select! {
-                    g = owned::acquire(&client, spec, attempt) => g.map(Some),
+                    g = owned::acquire(client, spec, attempt) => g.map(Some),
                     _ = stopped.wait(), if stoppable => Ok(None),
                 }
             })?;
@@ -174,34 +106,20 @@ impl Election {
                 Some(None) if deadline.is_none() => continue,
                 Some(None) => return Ok(None),
                 Some(Some(g)) => {
-                    let run = self.run.clone();
-                    let user = self.on_lost.clone();
-                    let on_lost: OnLost = Arc::new(move |l: &Lost| {
-                        run.end_current();
-                        if let Some(f) = &user {
-                            f(l);
-                        }
-                    });
-                    let state = HoldState::new(
-                        self.name.clone(),
-                        g.token,
-                        g.fence,
-                        self.lease.millis(),
-                        g.sent,
-                        true,
-                        Some(on_lost),
-                        g.channel,
-                    );
+                    let on_lost = self.run.on_lost(self.on_lost.clone());
                     let keeper = blocking_keeper();
-                    keeper.add(&state);
-                    g.watch.attach(&state, keeper.clone());
+                    let fence = g.fences[0];
+                    let state = g.schedule(
+                        &Plan::one(&self.name, self.lease).renewed(true, Some(on_lost)),
+                        &keeper,
+                    );
                     self.hold = Some(Hold {
                         state,
                         locker: self.locker.inner.clone(),
                         keeper,
                         done: false,
                     });
-                    return Ok(Some(g.fence));
+                    return Ok(Some(fence));
                 }
             }
         }
@@ -213,11 +131,7 @@ impl Election {
         let Some(hold) = self.hold.take() else {
             return Ok(false);
         };
-        match hold.release() {
-            Ok(()) => Ok(true),
-            Err(Error::NotOwner { .. } | Error::Lost { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        election::resigned(hold.release())
     }
 
     /// Who leads now (`LOCK.OBSERVE name`): `None` when nobody does.
@@ -242,28 +156,13 @@ impl Election {
         let Some(hold) = self.hold.as_ref().filter(|h| h.is_held()) else {
             return Err(Error::NotOwner { name });
         };
-        let token = Token::Given(hold.token().to_vec());
-        let line = Acquire {
-            name: &self.name,
-            token: &token,
-            ttl: self.lease,
-            mode: Mode::Exclusive,
-            ephemeral: true,
-            wait: Wait::No,
-            data: Some(&value),
-        }
-        .args();
+        let line = election::proclamation(&self.name, hold.token(), self.lease, &value);
         let sent = Instant::now();
         let v = hold.send(line, COMMAND_TIMEOUT, "proclaim")?;
-        match election::proclaimed(reply::grant(&v)?, hold.fence()) {
+        match election::proclamation_reply(&v, hold.fence())? {
             Proclaimed::Done => {
-                let moved = {
-                    let mut lease = hold.state.lease();
-                    (!lease.ended).then(|| lease.extended(sent, self.lease.millis()))
-                };
-                if moved.is_some() {
-                    hold.keeper.add(&hold.state);
-                }
+                let ttl_ms = self.lease.millis();
+                hold.state.extended(&hold.keeper, sent, ttl_ms, Ok(()))?;
                 self.data = Some(value);
                 Ok(())
             }
@@ -278,7 +177,7 @@ impl Election {
 
     /// The changes of leader, as they come (see [`Observer`]).
     pub fn observe(&self) -> Observer {
-        Observer::new(self.locker.client().clone(), self.name.clone())
+        Observer::new(self.locker.node_of(&self.name), self.name.clone())
     }
 
     /// Stops `run` from another thread.
@@ -297,7 +196,7 @@ impl Election {
         let follow = self.on_new_leader.clone().map(Follow::new);
         if let Some(follow) = &follow {
             let mut observer = Observer::following(
-                self.locker.client().clone(),
+                self.locker.node_of(&self.name),
                 self.name.clone(),
                 follow.wake.clone(),
             );
@@ -322,7 +221,7 @@ impl Election {
     }
 
     fn terms(&mut self, mut work: impl FnMut(&Term)) -> Result<()> {
-        let mut failures = 0;
+        let mut retries = election::Retries::default();
         loop {
             if self.run.stopped.is_set() {
                 return Ok(());
@@ -332,7 +231,7 @@ impl Election {
             match self.elect(None, true) {
                 Ok(None) => return Ok(()),
                 Ok(Some(term)) => {
-                    failures = 0;
+                    retries.elected();
                     if !self.is_leader() || self.run.stopped.is_set() {
                         ended.fire();
                     }
@@ -349,14 +248,14 @@ impl Election {
                     ended.fire();
                     let _ = self.resign();
                 }
-                Err(e) if election::run_retries(&e) => {
-                    let pause = election::retry_pause(failures);
-                    failures = failures.saturating_add(1);
+                Err(e) => {
+                    let pause = retries.failed(e)?;
                     self.run.stopped.wait_timeout(pause);
                 }
-                Err(e) => return Err(e),
             }
             self.run.set_current(None);
         }
     }
 }
+
+crate::surface::election_surface!(Election);

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::core::args::{self, Ttl};
+use crate::core::durable::Follow;
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
-use crate::core::lease::{Leased, LostReason};
 use crate::core::reply;
+use crate::core::verdict;
 use crate::hold::Shared;
-use crate::lost::LostSignal;
 use crate::renewer::Keeper;
 
 use super::LockerInner;
@@ -39,38 +39,6 @@ impl std::fmt::Debug for Hold {
 }
 
 impl Hold {
-    /// The fencing token of this grant.
-    pub fn fence(&self) -> u64 {
-        self.state.fence
-    }
-
-    /// The owner token.
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    /// The lock's name.
-    pub fn name(&self) -> &[u8] {
-        &self.state.name
-    }
-
-    /// Held by the lease clock: the lease's conservative local end has not come, and the hold
-    /// was neither lost nor released. Asks nothing of the server.
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    /// Time left on the lease clock.
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the hold is lost: a renewal found it gone, or its lease clock ran out with no
-    /// renewal answered. Signalled once per loss.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn name_lossy(&self) -> String {
         self.state.name_lossy()
     }
@@ -83,49 +51,19 @@ impl Hold {
     /// the hold is gone (it is then signalled lost), `Error::Lost` if it was lost already,
     /// `Error::Timeout` without an answer within the lease left (at least 1 s).
     pub fn extend(&mut self, ttl: Duration) -> Result<()> {
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost {
-                name: self.name_lossy(),
-            });
-        }
+        self.state.live(self.done)?;
         let ttl = Ttl::from_duration(ttl);
         let sent = Instant::now();
         let line = args::extend(&self.state.name, &self.state.token, ttl);
         let replicas = self.state.replicas.get().copied();
         let then = Replicas::after(replicas, false, Duration::from_millis(ttl.millis()));
         let (answer, acks) = match self.send_then(line, self.bound(), "extend", then) {
-            Ok((v, acks)) => (reply::one(&v, "LOCK.EXTEND"), acks),
+            Ok((v, acks)) => (Ok(v), acks.and_then(|a| a.ok())),
             Err(e) => (Err(e), None),
         };
-        match answer {
-            Ok(true) => {
-                if let Some(r) = replicas {
-                    let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
-                    if !ok {
-                        return Err(r.shortfall(&self.name_lossy(), count));
-                    }
-                }
-                let moved = {
-                    let mut lease = self.state.lease();
-                    (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-                };
-                if moved.is_some() {
-                    self.keeper.add(&self.state);
-                }
-                Ok(())
-            }
-            Ok(false) | Err(Error::NotOwner { .. }) => {
-                self.lose(LostReason::Gone);
-                Err(Error::NotOwner {
-                    name: self.name_lossy(),
-                })
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    fn lose(&self, why: LostReason) {
-        self.state.lose(&self.keeper, why);
+        let verdict = verdict::extension(answer, acks.as_ref(), replicas, &self.name_lossy());
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// Sends a request of the hold: on its own connection if it is bound (`EPHEMERAL`), else
@@ -146,7 +84,7 @@ impl Hold {
         line: Vec<Vec<u8>>,
         bound: Duration,
         what: &'static str,
-        then: impl FnOnce(&redis::Value) -> Option<(Vec<Vec<u8>>, Duration)> + Send + 'static,
+        then: impl FnOnce(&redis::Value) -> Option<Follow> + Send + 'static,
     ) -> Result<(redis::Value, Option<Followed>)> {
         let name = self.name_lossy();
         if !self.state.channel.is_owned() {
@@ -179,12 +117,8 @@ impl Hold {
             .conns
             .send(&args::info(&self.state.name), self.locker.timeout)
             .map_err(|e| translate(e, &name, "info"))?;
-        Ok(reply::info(&v)?
-            .and_then(|i| {
-                i.holder(&self.state.token)
-                    .map(|h| h.fence == self.state.fence)
-            })
-            .unwrap_or(false))
+        let info = reply::info(&v)?;
+        Ok(verdict::owns(info, &self.state.token, self.state.fence))
     }
 
     /// Runs `command` in the server atomically if this hold is still the lock's (LOCK.CALL),
@@ -216,33 +150,16 @@ impl Hold {
         if self.done {
             return Ok(());
         }
-        let lost = {
-            let lease = self.state.lease();
-            lease.lost.is_some() || lease.left(Instant::now()).is_zero()
-        };
         let bound = self.bound();
         self.done = true;
-        self.keeper.remove(&self.state);
-        let name = self.name_lossy();
+        let lost = self.state.ending(&self.keeper);
         let line = args::release(&self.state.name, &self.state.token);
-        // A lost bound hold's connection was closed, and the server released the hold then:
-        // nothing to send. Any other hold is released whatever the lease clock says (freeing
-        // what the server may still have of it).
-        let released = if lost && self.state.channel.is_owned() {
-            Ok(false)
-        } else {
+        let released = verdict::release_sent(lost, self.state.channel.is_owned()).then(|| {
             self.send(line, bound, "release")
-                .and_then(|v| reply::one(&v, "LOCK.RELEASE"))
-        };
+                .and_then(|v| verdict::released_one(&v))
+        });
         self.state.close_owned();
-        if lost {
-            return Err(Error::Lost { name });
-        }
-        if !released? {
-            Err(Error::NotOwner { name })
-        } else {
-            Ok(())
-        }
+        verdict::released(lost, released, 1, &self.name_lossy())
     }
 }
 
@@ -251,3 +168,5 @@ impl Drop for Hold {
         let _ = self.release_now();
     }
 }
+
+crate::surface::hold_accessors!(one Hold);

@@ -1,11 +1,13 @@
 //! The blocking front end: `Locker`, `Lock`, `Hold`.
 
+mod cluster;
 mod conn;
 mod election;
 mod hold;
 mod multi;
 mod observe;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,14 +16,14 @@ pub use hold::Hold;
 pub use multi::{MultiHold, MultiLock};
 pub use observe::Observer;
 
-use crate::core::acquire::{Attempt, Next};
-use crate::core::args::{self, Acquire, Mode, Token, Ttl};
+use crate::core::acquire::Attempt;
+use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::durable::Replicas;
 use crate::core::error::{translate, translate_guarded, Error, Result};
 use crate::core::locked::{self, Names};
 use crate::core::reply::{self, LockInfo};
-use crate::hold::{HoldState, OnLost};
-use crate::lost::Lost;
+use crate::core::take::Take;
+use crate::hold::{OnLost, Plan};
 use crate::owned;
 use crate::renewer::{blocking_keeper, Channel};
 use crate::DEFAULT_LEASE;
@@ -62,11 +64,14 @@ impl Locker {
     /// must not wait on one slow server of several (Redlock). Connections are not shared with
     /// the locker it was made from.
     pub fn with_timeout(&self, timeout: Duration) -> Locker {
-        let client = self.client().clone();
+        let conns = self.inner.conns.again();
         Locker {
             inner: Arc::new(LockerInner {
-                channel: Channel::new(client.clone()),
-                conns: conn::Conns::new(client),
+                channel: match conns.route() {
+                    Some(route) => Channel::routed(route.clone()),
+                    None => Channel::new(self.client().clone()),
+                },
+                conns,
                 timeout: timeout.max(Duration::from_millis(1)),
             }),
         }
@@ -89,7 +94,8 @@ impl Locker {
             on_lost: None,
             token: None,
             ephemeral: false,
-            replicas: None,
+            durable: Replicas::default(),
+            aof_checked: Arc::default(),
         }
     }
 
@@ -157,7 +163,9 @@ pub struct Lock {
     on_lost: Option<OnLost>,
     token: Option<Token>,
     ephemeral: bool,
-    replicas: Option<Replicas>,
+    durable: Replicas,
+    /// `WAITAOF` was found on the server (checked before the first grant that asks for it).
+    aof_checked: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Lock {
@@ -172,59 +180,6 @@ impl std::fmt::Debug for Lock {
 }
 
 impl Lock {
-    /// The lease of each grant (whole milliseconds, at least 1; default 30 s).
-    pub fn ttl(mut self, ttl: Duration) -> Lock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
-    /// Exclusive (the default), shared (`SHARED`) or one place of a semaphore (`LIMIT n`).
-    pub fn mode(mut self, mode: Mode) -> Lock {
-        self.mode = mode;
-        self
-    }
-
-    /// Renew the lease every third of it, until released or lost (default: true). Without,
-    /// the lease clock still runs, and the hold is signalled lost at its end.
-    pub fn auto_renew(mut self, on: bool) -> Lock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss, on the renewal thread (keep it short).
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> Lock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// The owner token of the grants (default: a random 128-bit one per acquire, which a
-    /// retried acquire re-grants instead of taking a second hold); `Token::Server` asks the
-    /// server to make one (`*`).
-    pub fn token(mut self, token: Token) -> Lock {
-        self.token = Some(token);
-        self
-    }
-
-    /// Bind each grant to a connection opened for it alone (`EPHEMERAL`): the grant, renewals,
-    /// extensions and release go on it; when it closes, the server releases the hold at once,
-    /// and the hold is signalled lost as soon as the socket reports the close
-    /// (`LostReason::ConnectionClosed`). A successor may be granted before that: write with
-    /// the fence.
-    pub fn ephemeral(mut self, on: bool) -> Lock {
-        self.ephemeral = on;
-        self
-    }
-
-    /// Report a grant or an extension only once `replicas` replicas acknowledged it (`WAIT
-    /// replicas timeout` on its connection, after it; 0, the default, asks nothing): a grant
-    /// not acknowledged within `timeout` (nor the lease) is released and fails with
-    /// `Error::NotReplicated`, an extension fails with it and leaves the lease clock where it
-    /// was; a renewal in the background not acknowledged does not count for the lease clock.
-    pub fn replicas(mut self, replicas: u64, timeout: Duration) -> Lock {
-        self.replicas = Replicas::new(replicas, timeout);
-        self
-    }
-
     /// The lock's name.
     pub fn name(&self) -> &[u8] {
         &self.name
@@ -256,13 +211,9 @@ impl Lock {
     fn take_bound(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let (client, name, ttl, mode) = (
-            inner.conns.client().clone(),
-            self.name.clone(),
-            self.ttl,
-            self.mode,
-        );
-        let replicas = self.replicas;
+        let (target, name, ttl, mode) =
+            (inner.conns.target(), self.name.clone(), self.ttl, self.mode);
+        let replicas = self.durable.asked();
         let granted = crate::renewer::run_blocking(async move {
             let spec = owned::Spec {
                 name: &name,
@@ -271,7 +222,7 @@ impl Lock {
                 mode,
                 data: None,
             };
-            let g = owned::acquire(&client, spec, Attempt::new(deadline)).await?;
+            let g = owned::acquire(target, spec, Attempt::new(deadline)).await?;
             if let Some(g) = &g {
                 owned::confirm(g, &name, replicas, ttl).await?;
             }
@@ -280,22 +231,8 @@ impl Lock {
         let Some(g) = granted else {
             return Ok(None);
         };
-        let state = HoldState::new(
-            self.name.clone(),
-            g.token,
-            g.fence,
-            self.ttl.millis(),
-            g.sent,
-            self.auto_renew,
-            self.on_lost.clone(),
-            g.channel,
-        );
-        if let Some(r) = self.replicas {
-            let _ = state.replicas.set(r);
-        }
         let keeper = blocking_keeper();
-        keeper.add(&state);
-        g.watch.attach(&state, keeper.clone());
+        let state = g.schedule(&self.plan(), &keeper);
         Ok(Some(Hold {
             state,
             locker: inner.clone(),
@@ -304,98 +241,59 @@ impl Lock {
         }))
     }
 
+    /// What each hold of this lock is given.
+    fn plan(&self) -> Plan {
+        Plan::one(&self.name, self.ttl)
+            .renewed(self.auto_renew, self.on_lost.clone())
+            .replicas(self.durable.asked())
+    }
+
+    /// Before the first grant that asks for `WAITAOF`: the server must answer it.
+    fn check_aof(&self) -> Result<()> {
+        let Some(line) = self.durable.probe() else {
+            return Ok(());
+        };
+        if self.aof_checked.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let inner = &self.locker.inner;
+        inner
+            .conns
+            .send_about(&self.name, &line, inner.timeout)
+            .map_err(|e| self.durable.probe_failed(e, &self.name_lossy()))?;
+        self.aof_checked.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn take(&self, deadline: Option<Instant>) -> Result<Option<Hold>> {
+        self.check_aof()?;
         if self.ephemeral {
             return self.take_bound(deadline);
         }
         let inner = &self.locker.inner;
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = Acquire {
-                name: &self.name,
-                token: &token,
-                ttl: self.ttl,
-                mode: self.mode,
-                ephemeral: false,
-                wait,
-                data: None,
-            }
-            .args();
-            let sent = Instant::now();
-            let lease = Duration::from_millis(self.ttl.millis());
-            let then = Replicas::after(self.replicas, true, lease);
-            let (v, acks) =
-                match inner
-                    .conns
-                    .send_then(&line, Attempt::bound(wait, inner.timeout), then)
-                {
-                    Ok(v) => v,
-                    Err(e) => match attempt.failed(e, &self.name_lossy(), Instant::now()) {
-                        Next::Again => continue,
-                        Next::Pause(d) => {
-                            std::thread::sleep(d);
-                            continue;
-                        }
-                        Next::NotGranted => return Ok(None),
-                        Next::Fail(e) => return Err(e),
-                    },
-                };
-            let Some((granted, fence)) = reply::grant(&v)? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue; // cut short: wait on
-                }
-                return Ok(None);
-            };
-            if let Some(r) = self.replicas {
-                let (count, ok) = r.acks(acks.as_ref().and_then(|a| a.as_ref().ok()));
-                if !ok {
-                    let _ = inner
-                        .conns
-                        .send(&args::release(&self.name, &granted), inner.timeout);
-                    return Err(r.shortfall(&self.name_lossy(), count));
-                }
-            }
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                // Granted after a wait: the lease began at the grant; renew now so that the
-                // lease clock starts from a known moment.
-                let renew_sent = Instant::now();
-                let line = args::extend(&self.name, &granted, self.ttl);
-                match inner
-                    .conns
-                    .send(&line, inner.timeout)
-                    .map(|v| reply::one(&v, ""))
-                {
-                    Ok(Ok(true)) => sent = renew_sent,
-                    Ok(Ok(false)) => continue, // gone already (a lease shorter than the trip)
-                    _ => {}                    // unknown: the clock counts from the request
-                }
-            }
-            let state = HoldState::new(
-                self.name.clone(),
-                granted,
-                fence,
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            if let Some(r) = self.replicas {
-                let _ = state.replicas.set(r);
-            }
-            let keeper = blocking_keeper();
-            keeper.add(&state);
-            return Ok(Some(Hold {
-                state,
-                locker: inner.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        let take = Take::one(
+            &self.name,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        )
+        .replicas(self.durable.asked());
+        let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
+            return Ok(None);
+        };
+        let keeper = blocking_keeper();
+        let (channel, plan) = (inner.channel.clone(), self.plan());
+        let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
+        Ok(Some(Hold {
+            state,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
+
+crate::surface::lock_builders!(Lock);
+crate::surface::durable_builders!(Lock);

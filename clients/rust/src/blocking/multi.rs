@@ -4,15 +4,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::core::acquire::{Attempt, Next};
+use redis::Value;
+
+use crate::core::acquire::Attempt;
 use crate::core::args::{self, Mode, Token, Ttl};
 use crate::core::error::{translate, Error, Result};
-use crate::core::lease::{Leased, LostReason, Renewed};
 use crate::core::multi;
 use crate::core::reply::{self, LockInfo};
-use crate::hold::{HoldState, OnLost, Shared};
-use crate::lost::{Lost, LostSignal};
-use crate::renewer::{blocking_keeper, Keeper};
+use crate::core::take::Take;
+use crate::core::verdict;
+use crate::hold::{OnLost, Plan, Shared};
+use crate::owned;
+use crate::renewer::{blocking_keeper, run_blocking, Keeper};
 use crate::DEFAULT_LEASE;
 
 use super::{Locker, LockerInner};
@@ -20,15 +23,28 @@ use super::{Locker, LockerInner};
 /// Several keys locked together: made by `Locker::multi_lock`, set up with the builder
 /// methods, taken with `acquire` or `try_acquire`. The names must be 1 to 64 distinct keys in
 /// one hash slot (one hash tag, `{acct}:a` and `{acct}:b`): checked before anything is sent.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redislock_client::Locker;
+///
+/// let locker = Locker::open("redis://127.0.0.1:6379/")?;
+/// let both = locker.multi_lock(["{acct}:alice", "{acct}:bob"]).ephemeral(true);
+/// let hold = both.acquire(Duration::from_secs(5))?;
+/// println!("fences {:?}", hold.fences());
+/// hold.release()?;
+/// # Ok::<(), redislock_client::Error>(())
+/// ```
 #[derive(Clone)]
 pub struct MultiLock {
     locker: Locker,
     names: Vec<Vec<u8>>,
     ttl: Ttl,
-    shared: bool,
+    mode: Mode,
     auto_renew: bool,
     on_lost: Option<OnLost>,
     token: Option<Token>,
+    ephemeral: bool,
 }
 
 impl Locker {
@@ -39,10 +55,11 @@ impl Locker {
             locker: self.clone(),
             names: names.into_iter().map(Into::into).collect(),
             ttl: Ttl::from_duration(DEFAULT_LEASE),
-            shared: false,
+            mode: Mode::Exclusive,
             auto_renew: true,
             on_lost: None,
             token: None,
+            ephemeral: false,
         }
     }
 }
@@ -57,33 +74,9 @@ impl std::fmt::Debug for MultiLock {
 }
 
 impl MultiLock {
-    /// The lease of each grant, the same on every key (default 30 s).
-    pub fn ttl(mut self, ttl: Duration) -> MultiLock {
-        self.ttl = Ttl::from_duration(ttl);
-        self
-    }
-
     /// Shared holds of every key (`SHARED`) instead of exclusive ones.
     pub fn shared(mut self, on: bool) -> MultiLock {
-        self.shared = on;
-        self
-    }
-
-    /// Renew the lease every third of it (default: true).
-    pub fn auto_renew(mut self, on: bool) -> MultiLock {
-        self.auto_renew = on;
-        self
-    }
-
-    /// Called once per loss of the set, on the renewal thread.
-    pub fn on_lost(mut self, f: impl Fn(&Lost) + Send + Sync + 'static) -> MultiLock {
-        self.on_lost = Some(Arc::new(f));
-        self
-    }
-
-    /// The owner token (default: a random one per acquire).
-    pub fn token(mut self, token: Token) -> MultiLock {
-        self.token = Some(token);
+        self.mode = if on { Mode::Shared } else { Mode::Exclusive };
         self
     }
 
@@ -112,87 +105,42 @@ impl MultiLock {
     }
 
     fn take(&self, deadline: Option<Instant>) -> Result<Option<MultiHold>> {
-        multi::check_names(&self.names)?;
         let inner = &self.locker.inner;
-        let label = multi::label(&self.names);
         let token = self.token.clone().unwrap_or_else(Token::random);
-        let mode = if self.shared {
-            Mode::Shared
+        let take = Take::all(
+            &self.names,
+            token,
+            self.ttl,
+            self.mode,
+            Attempt::new(deadline),
+        );
+        let keeper = blocking_keeper();
+        let plan = Plan::all(&self.names, self.ttl).renewed(self.auto_renew, self.on_lost.clone());
+        let (state, fences) = if self.ephemeral {
+            let target = inner.conns.target();
+            let take = take.ephemeral(None);
+            let Some(g) = run_blocking(async move { owned::acquire_as(target, take).await })?
+            else {
+                return Ok(None);
+            };
+            let fences = g.fences.clone();
+            (g.schedule(&plan, &keeper), fences)
         } else {
-            Mode::Exclusive
+            let Some(g) = inner.conns.acquire(take, inner.timeout)? else {
+                return Ok(None);
+            };
+            let channel = inner.channel.clone();
+            let state = plan.schedule(g.token, g.fences[0], g.sent, channel, &keeper);
+            (state, g.fences)
         };
-        let mut attempt = Attempt::new(deadline);
-        loop {
-            let Some(wait) = attempt.wait(Instant::now()) else {
-                return Ok(None);
-            };
-            let line = multi::acquire_all(&self.names, token.as_arg(), self.ttl, mode, wait);
-            let sent = Instant::now();
-            let v = match inner.conns.send(&line, Attempt::bound(wait, inner.timeout)) {
-                Ok(v) => v,
-                Err(e) => match attempt.failed(e, &label, Instant::now()) {
-                    Next::Again => continue,
-                    Next::Pause(d) => {
-                        std::thread::sleep(d);
-                        continue;
-                    }
-                    Next::NotGranted => return Ok(None),
-                    Next::Fail(e) => return Err(e),
-                },
-            };
-            let Some((granted, fences)) = multi::grant_all(&v, self.names.len())? else {
-                if attempt.wait_on(Instant::now()) {
-                    continue;
-                }
-                return Ok(None);
-            };
-            let mut sent = sent;
-            if attempt.renew_at_once(sent, Instant::now(), self.ttl.millis()) {
-                let renew_sent = Instant::now();
-                let mut outcomes = Vec::new();
-                for line in multi::extend_lines(&self.names, &granted, self.ttl) {
-                    outcomes.push(match inner.conns.send(&line, inner.timeout) {
-                        Ok(v) => match reply::one(&v, "LOCK.EXTEND") {
-                            Ok(true) => Renewed::Extended,
-                            Ok(false) => Renewed::Gone,
-                            Err(_) => Renewed::Failed,
-                        },
-                        Err(_) => Renewed::Failed,
-                    });
-                }
-                match multi::renewal(&outcomes, self.names.len()) {
-                    Renewed::Extended => sent = renew_sent,
-                    Renewed::Gone => {
-                        // Gone already (a lease shorter than the trip): give the rest back,
-                        // wait on.
-                        let back = multi::release_all(&self.names, &granted);
-                        let _ = inner.conns.send(&back, inner.timeout);
-                        continue;
-                    }
-                    Renewed::Failed => {} // unknown: the clock counts from the request
-                }
-            }
-            let state = HoldState::multi(
-                self.names.clone(),
-                granted,
-                fences[0],
-                self.ttl.millis(),
-                sent,
-                self.auto_renew,
-                self.on_lost.clone(),
-                inner.channel.clone(),
-            );
-            let keeper = blocking_keeper();
-            keeper.add(&state);
-            return Ok(Some(MultiHold {
-                state,
-                fences,
-                ttl: self.ttl,
-                locker: inner.clone(),
-                keeper,
-                done: false,
-            }));
-        }
+        Ok(Some(MultiHold {
+            state,
+            fences,
+            ttl: self.ttl,
+            locker: inner.clone(),
+            keeper,
+            done: false,
+        }))
     }
 }
 
@@ -218,42 +166,6 @@ impl std::fmt::Debug for MultiHold {
 }
 
 impl MultiHold {
-    /// The keys, in the order given.
-    pub fn names(&self) -> &[Vec<u8>] {
-        &self.state.keys
-    }
-
-    /// The fence of each key, in the order of the names.
-    pub fn fences(&self) -> &[u64] {
-        &self.fences
-    }
-
-    /// The fence of the key `name`; `None` if it is not one of the keys.
-    pub fn fence_of(&self, name: impl AsRef<[u8]>) -> Option<u64> {
-        let i = self.names().iter().position(|n| n == name.as_ref())?;
-        Some(self.fences[i])
-    }
-
-    /// The owner token, the same on every key.
-    pub fn token(&self) -> &[u8] {
-        &self.state.token
-    }
-
-    /// Held by the lease clock (asks nothing of the server).
-    pub fn is_held(&self) -> bool {
-        !self.done && !self.lease_left().is_zero()
-    }
-
-    /// Time left on the set's lease clock.
-    pub fn lease_left(&self) -> Duration {
-        self.state.left()
-    }
-
-    /// Set when the set is lost: its lease clock ran out, or a renewal found a key gone.
-    pub fn lost(&self) -> LostSignal {
-        self.state.signal.clone()
-    }
-
     fn label(&self) -> String {
         self.state.name_lossy()
     }
@@ -263,6 +175,18 @@ impl MultiHold {
             .conns
             .send(line, bound)
             .map_err(|e| translate(e, &self.label(), what))
+    }
+
+    /// A request of the set: on its own connection if it is bound, else on the locker's.
+    fn send_held(&self, line: &[Vec<u8>], bound: Duration, what: &'static str) -> Result<Value> {
+        if !self.state.channel.is_owned() {
+            return self.send(line, bound, what);
+        }
+        let (channel, line, label) = (self.state.channel.clone(), line.to_vec(), self.label());
+        match run_blocking(async move { channel.send(&line, bound, &label, what).await }) {
+            Err(Error::Redis(e)) => Err(translate(e, &self.label(), what)),
+            other => other,
+        }
     }
 
     /// Sets every key's lease to `ttl` from now; the lease clock moves once every key answered 1.
@@ -277,32 +201,19 @@ impl MultiHold {
     }
 
     fn extend_to(&mut self, ttl: Ttl, what: &'static str) -> Result<()> {
-        if self.done || self.state.lease().lost.is_some() {
-            return Err(Error::Lost { name: self.label() });
-        }
+        self.state.live(self.done)?;
         let sent = Instant::now();
         let bound = self.lease_left().max(Duration::from_secs(1));
+        let mut verdict = Ok(());
         for line in multi::extend_lines(self.names(), self.token(), ttl) {
-            match self
-                .send(&line, bound, what)
-                .and_then(|v| reply::one(&v, "LOCK.EXTEND"))
-            {
-                Ok(true) => {}
-                Ok(false) | Err(Error::NotOwner { .. }) => {
-                    self.state.lose(&self.keeper, LostReason::Gone);
-                    return Err(Error::NotOwner { name: self.label() });
-                }
-                Err(e) => return Err(e),
+            let answer = self.send_held(&line, bound, what);
+            verdict = verdict::extension(answer, None, None, &self.label());
+            if verdict.is_err() {
+                break;
             }
         }
-        let moved = {
-            let mut lease = self.state.lease();
-            (!lease.ended).then(|| lease.extended(sent, ttl.millis()))
-        };
-        if moved.is_some() {
-            self.keeper.add(&self.state);
-        }
-        Ok(())
+        self.state
+            .extended(&self.keeper, sent, ttl.millis(), verdict)
     }
 
     /// Asks the server whether every key still has this grant (the token among its holders,
@@ -313,10 +224,7 @@ impl MultiHold {
         }
         for (name, fence) in self.names().iter().zip(&self.fences) {
             let v = self.send(&args::info(name), self.locker.timeout, "owned")?;
-            let mine = reply::info(&v)?
-                .and_then(|i| i.holder(self.token()).map(|h| h.fence == *fence))
-                .unwrap_or(false);
-            if !mine {
+            if !verdict::owns(reply::info(&v)?, self.token(), *fence) {
                 return Ok(false);
             }
         }
@@ -341,21 +249,17 @@ impl MultiHold {
         if self.done {
             return Ok(());
         }
-        let lost = self.state.lease().lost.is_some() || self.lease_left().is_zero();
         let bound = self.lease_left().max(Duration::from_secs(1));
         self.done = true;
-        self.keeper.remove(&self.state);
+        let lost = self.state.ending(&self.keeper);
         let line = multi::release_all(self.names(), self.token());
-        let count = self
-            .send(&line, bound, "release")
-            .and_then(|v| multi::released(&v));
-        if lost {
-            return Err(Error::Lost { name: self.label() });
-        }
-        if count? != self.fences.len() as u64 {
-            return Err(Error::NotOwner { name: self.label() });
-        }
-        Ok(())
+        let count = verdict::release_sent(lost, self.state.channel.is_owned()).then(|| {
+            self.send_held(&line, bound, "release")
+                .and_then(|v| multi::released(&v))
+        });
+        self.state.close_owned();
+        let keys = self.fences.len() as u64;
+        verdict::released(lost, count, keys, &self.label())
     }
 }
 
@@ -364,3 +268,6 @@ impl Drop for MultiHold {
         let _ = self.release_now();
     }
 }
+
+crate::surface::lock_builders!(MultiLock);
+crate::surface::hold_accessors!(many MultiHold);

@@ -5,11 +5,11 @@ use std::time::Duration;
 use redis::{Connection, Value};
 
 use crate::cancel::Cancel;
-use crate::core::acquire::WAIT_GRACE;
 use crate::core::args;
-use crate::core::election::{self, Change, Leader, Observation, OBSERVE_BLOCK};
-use crate::core::error::{reply_text, translate, Result};
+use crate::core::election::{Leader, Observation, Step, OBSERVE_BLOCK};
+use crate::core::error::Result;
 use crate::follow::FOLLOW_BLOCK;
+use crate::node_of::NodeOf;
 use crate::COMMAND_TIMEOUT;
 
 /// Each change of leader: `Ok(Some(leader))` for a new leader (terms strictly increasing) or
@@ -20,7 +20,9 @@ use crate::COMMAND_TIMEOUT;
 /// once. It ends after an error waiting cannot mend (`WRONGTYPE`, a server without the
 /// command), given out first.
 pub struct Observer {
-    client: redis::Client,
+    client: NodeOf,
+    /// The client the connection was opened from.
+    opened: Option<redis::Client>,
     name: Vec<u8>,
     obs: Observation,
     conn: Option<Connection>,
@@ -31,9 +33,10 @@ pub struct Observer {
 }
 
 impl Observer {
-    pub(crate) fn new(client: redis::Client, name: Vec<u8>) -> Observer {
+    pub(crate) fn new(client: impl Into<NodeOf>, name: Vec<u8>) -> Observer {
         Observer {
-            client,
+            client: client.into(),
+            opened: None,
             name,
             obs: Observation::new(),
             conn: None,
@@ -44,7 +47,7 @@ impl Observer {
     }
 
     /// The observer of a run's follower: it ends (`None`) once `stop` is fired.
-    pub(crate) fn following(client: redis::Client, name: Vec<u8>, stop: Cancel) -> Observer {
+    pub(crate) fn following(client: impl Into<NodeOf>, name: Vec<u8>, stop: Cancel) -> Observer {
         Observer {
             block: FOLLOW_BLOCK,
             stop: Some(stop),
@@ -62,14 +65,18 @@ impl Observer {
     fn send(&mut self, line: &[Vec<u8>], bound: Duration) -> redis::RedisResult<Value> {
         let conn = match self.conn.as_mut() {
             Some(c) => c,
-            None => self
-                .conn
-                .insert(self.client.get_connection_with_timeout(COMMAND_TIMEOUT)?),
+            None => {
+                let client = self.opened.insert(self.client.client_blocking()?);
+                self.conn
+                    .insert(client.get_connection_with_timeout(COMMAND_TIMEOUT)?)
+            }
         };
         conn.set_read_timeout(Some(bound))?;
         let answer = args::cmd(line).query::<Value>(conn);
-        if answer.as_ref().is_err_and(|e| reply_text(e).is_none()) {
-            self.conn = None;
+        if let Err(e) = &answer {
+            if self.client.reopen(e, self.opened.as_ref()) {
+                self.conn = None;
+            }
         }
         answer
     }
@@ -86,29 +93,18 @@ impl Iterator for Observer {
             if self.stopped() {
                 return None;
             }
-            let (line, block) = self.obs.request(&self.name, self.block);
-            let bound = block.map_or(COMMAND_TIMEOUT, |b| b + WAIT_GRACE);
-            let failure = match self.send(&line, bound) {
-                Ok(v) => match self.obs.answer(&v) {
-                    Ok(Change::Leader(l)) => return Some(Ok(Some(l))),
-                    Ok(Change::Vacant) => return Some(Ok(None)),
-                    Ok(Change::Unchanged) => continue,
-                    Err(e) => {
-                        self.done = true;
-                        return Some(Err(e));
-                    }
+            let (line, bound) = self.obs.next_request(&self.name, self.block);
+            let answer = self.send(&line, bound);
+            match self.obs.step(answer, &self.name) {
+                Step::Give(given) => {
+                    self.done = self.obs.ended();
+                    return Some(given);
+                }
+                Step::Again => {}
+                Step::Pause(pause) => match &self.stop {
+                    Some(stop) => drop(stop.wait_timeout(pause)),
+                    None => std::thread::sleep(pause),
                 },
-                Err(e) => e,
-            };
-            if reply_text(&failure).is_some_and(|t| !election::not_now(&t)) {
-                self.done = true;
-                let name = String::from_utf8_lossy(&self.name).into_owned();
-                return Some(Err(translate(failure, &name, "observe")));
-            }
-            let pause = self.obs.failed();
-            match &self.stop {
-                Some(stop) => drop(stop.wait_timeout(pause)),
-                None => std::thread::sleep(pause),
             }
         }
     }

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use super::args::Wait;
 use super::error::{is_wrong_type, reply_text, translate, Error};
+use super::redirect::{self, Redirect};
 
 /// How long after its own timeout the answer to a wait may still come (one crossing of the
 /// network): past it, `Error::Timeout`.
@@ -25,6 +26,8 @@ pub struct Attempt {
     pub forever: bool,
     /// The wait was sent again once after its connection dropped.
     pub requeued: bool,
+    /// Cluster redirects followed so far.
+    pub hops: u32,
 }
 
 /// What to do after a failed send.
@@ -46,6 +49,7 @@ impl Attempt {
             deadline,
             forever: false,
             requeued: false,
+            hops: 0,
         }
     }
 
@@ -55,6 +59,7 @@ impl Attempt {
             deadline: None,
             forever: true,
             requeued: false,
+            hops: 0,
         }
     }
 
@@ -94,8 +99,28 @@ impl Attempt {
     /// What an error of a send means. A plain string under the name is not granted (a wait
     /// polls until it is gone); a wait whose connection dropped is sent once more (at the back
     /// of the queue).
+    /// On a Cluster, a wait redirected (`MOVED`, `ASK`) or refused for now (`TRYAGAIN`,
+    /// `CLUSTERDOWN`, its node lost) is sent again with the time it has left.
     pub fn failed(&mut self, err: redis::RedisError, name: &str, now: Instant) -> Next {
         let text = reply_text(&err);
+        if let Some(r) = text.as_deref().and_then(redirect::parse) {
+            if self.waits() {
+                let left = self.deadline.map(|d| d.saturating_duration_since(now));
+                match redirect::after(&r, self.hops, left) {
+                    Some(pause) if matches!(r, Redirect::Moved { .. } | Redirect::Ask { .. }) => {
+                        self.hops += 1;
+                        return if pause.is_zero() {
+                            Next::Again
+                        } else {
+                            Next::Pause(pause)
+                        };
+                    }
+                    Some(pause) => return Next::Pause(pause),
+                    None if self.hops < redirect::MAX_HOPS => return Next::NotGranted,
+                    None => {}
+                }
+            }
+        }
         if text.as_deref().is_some_and(is_wrong_type) {
             if self.forever {
                 return Next::Pause(POLL_PAUSE);
@@ -191,5 +216,55 @@ mod tests {
             ),
             Next::Fail(Error::Kind { limit: Some(2), .. })
         ));
+    }
+
+    /// A wait redirected by a slot move is sent again with the time it has left, never its
+    /// first timeout; one that runs out of time during a move ends not granted.
+    #[test]
+    fn redirected_waits_keep_their_deadline() {
+        let start = Instant::now();
+        let mut wait = Attempt::new(Some(start + Duration::from_millis(1000)));
+        assert_eq!(wait.wait(start), Some(Wait::Millis(1000)));
+        let at = start + Duration::from_millis(300);
+        let moved = server_error("MOVED 12182 127.0.0.1:7001");
+        assert!(matches!(wait.failed(moved, "k", at), Next::Again));
+        assert_eq!(wait.wait(at), Some(Wait::Millis(700)));
+        let ask = server_error("ASK 12182 127.0.0.1:7002");
+        assert!(matches!(wait.failed(ask, "k", at), Next::Again));
+        let busy = server_error("TRYAGAIN the lock's slot is moving");
+        assert!(matches!(
+            wait.failed(busy, "k", at),
+            Next::Pause(redirect::TRYAGAIN_PAUSE)
+        ));
+        let lost = server_error(redirect::NODE_LOST);
+        assert!(matches!(
+            wait.failed(lost, "k", at),
+            Next::Pause(redirect::DOWN_PAUSE)
+        ));
+        // Less time left than the pause: the pause ends at the deadline, and so does the wait.
+        let late = start + Duration::from_millis(980);
+        let busy = server_error("TRYAGAIN x");
+        assert!(matches!(
+            wait.failed(busy, "k", late),
+            Next::Pause(d) if d == Duration::from_millis(20)
+        ));
+        assert_eq!(wait.wait(start + Duration::from_millis(1000)), None);
+        let busy = server_error("TRYAGAIN x");
+        let over = start + Duration::from_millis(1000);
+        assert!(matches!(wait.failed(busy, "k", over), Next::NotGranted));
+        // The requeue after a dropped connection is still there.
+        assert!(!wait.requeued);
+        // A try does not follow a redirect by itself (its transport does).
+        let mut try_ = Attempt::new(None);
+        let moved = server_error("MOVED 1 h:1");
+        assert!(matches!(try_.failed(moved, "k", at), Next::Fail(_)));
+        // Nor does a wait forever.
+        let mut forever = Attempt::forever();
+        for _ in 0..redirect::MAX_HOPS {
+            let moved = server_error("MOVED 1 h:1");
+            assert!(matches!(forever.failed(moved, "k", at), Next::Again));
+        }
+        let moved = server_error("MOVED 1 h:1");
+        assert!(matches!(forever.failed(moved, "k", at), Next::Fail(_)));
     }
 }

@@ -178,6 +178,15 @@ pub fn guarded_cmd(head: &[&[u8]], command: &redis::Cmd) -> Vec<Vec<u8>> {
     guarded(head, &inner)
 }
 
+/// Several lines as one pipeline of the redis crate.
+pub fn pipe(lines: &[Vec<Vec<u8>>]) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for line in lines {
+        pipe.add_command(cmd(line));
+    }
+    pipe
+}
+
 /// `args` as a command of the redis crate.
 pub fn cmd(args: &[Vec<u8>]) -> redis::Cmd {
     let mut c = redis::Cmd::new();

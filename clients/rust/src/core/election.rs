@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::args::{Acquire, Mode, Token, Ttl, Wait};
 use super::error::Error;
 
 /// The most bytes of `DATA`.
@@ -103,6 +104,18 @@ pub struct Observation {
     last_data: Option<Vec<u8>>,
     leading: bool,
     failures: u32,
+    ended: bool,
+}
+
+/// What an observer does after a request.
+#[derive(Debug)]
+pub enum Step {
+    /// Give this out (`Err`: the observer ends after it).
+    Give(Result<Option<Leader>, Error>),
+    /// Send the next request at once.
+    Again,
+    /// Pause, then send the next request.
+    Pause(Duration),
 }
 
 impl Observation {
@@ -149,6 +162,46 @@ impl Observation {
         self.last_data = data.clone();
         self.leading = true;
         Ok(Change::Leader(Leader { term: fence, data }))
+    }
+
+    /// The next request (see `request`) and how long its answer may take.
+    pub fn next_request(&self, name: &[u8], block: Duration) -> (Vec<Vec<u8>>, Duration) {
+        let (line, block) = self.request(name, block);
+        let bound = block.map_or(crate::COMMAND_TIMEOUT, |b| b + super::acquire::WAIT_GRACE);
+        (line, bound)
+    }
+
+    /// The answer of a request of the lock `name`: a change to give out, or the next request
+    /// (after a pause when it failed in a way waiting mends: a dropped connection, a server not
+    /// ready). An error waiting cannot mend (`WRONGTYPE`, a server without the command) is
+    /// given out, and the observation ends.
+    pub fn step(&mut self, answer: redis::RedisResult<Value>, name: &[u8]) -> Step {
+        let failure = match answer {
+            Ok(v) => {
+                return match self.answer(&v) {
+                    Ok(Change::Leader(l)) => Step::Give(Ok(Some(l))),
+                    Ok(Change::Vacant) => Step::Give(Ok(None)),
+                    Ok(Change::Unchanged) => Step::Again,
+                    Err(e) => self.end(e),
+                }
+            }
+            Err(e) => e,
+        };
+        if super::error::reply_text(&failure).is_some_and(|t| !not_now(&t)) {
+            let name = String::from_utf8_lossy(name);
+            return self.end(super::error::translate(failure, &name, "observe"));
+        }
+        Step::Pause(self.failed())
+    }
+
+    fn end(&mut self, e: Error) -> Step {
+        self.ended = true;
+        Step::Give(Err(e))
+    }
+
+    /// It gave out an error waiting cannot mend: nothing more.
+    pub fn ended(&self) -> bool {
+        self.ended
     }
 
     /// A failure that waiting mends (no connection, a server loading): the pause before the
@@ -202,6 +255,60 @@ pub fn proclaimed(grant: Option<(Vec<u8>, u64)>, term: u64) -> Proclaimed {
     }
 }
 
+/// `LOCK.ACQUIRE name token PX lease EPHEMERAL DATA data`: a proclamation, the re-grant of the
+/// term held with `token` with new data.
+pub fn proclamation(name: &[u8], token: &[u8], lease: Ttl, data: &[u8]) -> Vec<Vec<u8>> {
+    Acquire {
+        name,
+        token: &Token::Given(token.to_vec()),
+        ttl: lease,
+        mode: Mode::Exclusive,
+        ephemeral: true,
+        wait: Wait::No,
+        data: Some(data),
+    }
+    .args()
+}
+
+/// What a proclamation's reply means for the term `term`.
+pub fn proclamation_reply(v: &Value, term: u64) -> Result<Proclaimed, Error> {
+    Ok(proclaimed(super::reply::grant(v)?, term))
+}
+
+/// A resignation's release: true if the candidate led until it; false if the term was gone
+/// or lost already.
+pub fn resigned(released: Result<(), Error>) -> Result<bool, Error> {
+    match released {
+        Ok(()) => Ok(true),
+        Err(Error::NotOwner { .. } | Error::Lost { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// A run's campaigns that failed in a row: the pause before the next, or the end of the run.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Retries {
+    failures: u32,
+}
+
+impl Retries {
+    /// A campaign was granted: the count starts again.
+    pub fn elected(&mut self) {
+        self.failures = 0;
+    }
+
+    /// A campaign failed with `err`: the pause before the next (`run_retries`), or the error
+    /// that ends the run.
+    pub fn failed(&mut self, err: Error) -> Result<Duration, Error> {
+        if !run_retries(&err) {
+            return Err(err);
+        }
+        let pause = retry_pause(self.failures);
+        self.failures = self.failures.saturating_add(1);
+        Ok(pause)
+    }
+}
+
 /// A run's campaign failed with `err`: true if the run goes on (after a pause) — a server that
 /// does not answer, is restarting or loading; false for what waiting cannot mend.
 pub fn run_retries(err: &Error) -> bool {
@@ -216,97 +323,5 @@ pub fn run_retries(err: &Error) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn reply(fence: i64, data: Option<&str>) -> Value {
-        Value::Array(vec![
-            Value::Int(fence),
-            data.map_or(Value::Nil, |d| Value::BulkString(d.as_bytes().to_vec())),
-        ])
-    }
-
-    fn text(args: &[Vec<u8>]) -> String {
-        let words: Vec<String> = args
-            .iter()
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        words.join(" ")
-    }
-
-    fn leader(term: u64, data: &str) -> Change {
-        Change::Leader(Leader {
-            term,
-            data: Some(data.as_bytes().to_vec()),
-        })
-    }
-
-    #[test]
-    fn an_observation_gives_out_each_change_once() {
-        let mut o = Observation::new();
-        let (first, block) = o.request(b"e", Duration::from_secs(5));
-        assert_eq!((text(&first).as_str(), block), ("LOCK.OBSERVE e", None));
-        assert_eq!(o.answer(&reply(0, None)).unwrap(), Change::Unchanged);
-        let (next, block) = o.request(b"e", Duration::from_secs(5));
-        assert_eq!(text(&next), "LOCK.OBSERVE e AFTER 0 SEEN  BLOCK 5000");
-        assert_eq!(block, Some(Duration::from_secs(5)));
-        assert_eq!(o.answer(&reply(7, Some("a"))).unwrap(), leader(7, "a"));
-        assert_eq!(o.answer(&Value::Nil).unwrap(), Change::Unchanged);
-        assert_eq!(o.answer(&reply(7, Some("a"))).unwrap(), Change::Unchanged);
-        assert_eq!(o.answer(&reply(7, Some("b"))).unwrap(), leader(7, "b"));
-        let (next, _) = o.request(b"e", Duration::from_millis(10));
-        assert_eq!(text(&next), "LOCK.OBSERVE e AFTER 7 SEEN b BLOCK 10");
-        assert_eq!(o.answer(&reply(0, None)).unwrap(), Change::Vacant);
-        assert_eq!(o.answer(&reply(0, None)).unwrap(), Change::Unchanged);
-        assert_eq!(o.answer(&reply(5, Some("old"))).unwrap(), Change::Unchanged);
-        assert_eq!(
-            o.answer(&reply(9, None)).unwrap(),
-            Change::Leader(Leader {
-                term: 9,
-                data: None
-            })
-        );
-        assert!(o.answer(&Value::Int(3)).is_err());
-    }
-
-    #[test]
-    fn pauses_double_up_to_a_second() {
-        let mut o = Observation::new();
-        let pauses: Vec<u128> = (0..7).map(|_| o.failed().as_millis()).collect();
-        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(retry_pause(40), RETRY_MOST);
-        o.answer(&Value::Nil).unwrap();
-        assert_eq!(o.failed(), RETRY_FIRST);
-    }
-
-    #[test]
-    fn leaders_data_and_proclamations() {
-        assert_eq!(leader_of(&reply(0, None)).unwrap(), None);
-        assert_eq!(
-            leader_of(&reply(3, Some("x"))).unwrap(),
-            Some(Leader {
-                term: 3,
-                data: Some(b"x".to_vec())
-            })
-        );
-        assert!(check_data(b"").is_err());
-        assert!(check_data(&[0; 4096]).is_ok());
-        assert!(matches!(check_data(&[0; 4097]), Err(Error::Invalid(_))));
-        assert_eq!(proclaimed(Some((b"t".to_vec(), 4)), 4), Proclaimed::Done);
-        assert_eq!(
-            proclaimed(Some((b"t".to_vec(), 8)), 4),
-            Proclaimed::GiveBack
-        );
-        assert_eq!(proclaimed(None, 4), Proclaimed::Lost);
-        let io: redis::RedisError =
-            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into();
-        assert!(run_retries(&Error::Redis(io)));
-        assert!(run_retries(&Error::Timeout {
-            name: "e".into(),
-            what: "acquire"
-        }));
-        assert!(!run_retries(&Error::NotOwner { name: "e".into() }));
-        assert!(not_now("LOADING Redis is loading"));
-        assert!(!not_now("WRONGTYPE x"));
-    }
-}
+#[path = "election_tests.rs"]
+mod tests;

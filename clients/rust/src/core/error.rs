@@ -59,6 +59,16 @@ impl fmt::Display for Error {
             Error::Busy { name } => write!(f, "{name} was not granted"),
             Error::Timeout { name, what } => write!(f, "{what} of {name}: no answer in time"),
             Error::Lost { name } => write!(f, "{name}: the hold was lost"),
+            // Enough replicas, not acknowledged all the same: the master's own fsync was not.
+            Error::NotReplicated {
+                name,
+                replicas: Some(r),
+                needed,
+            } if r >= needed => write!(
+                f,
+                "{name}: {r} of {needed} replicas acknowledged, the master's AOF fsync did not in \
+                 time"
+            ),
             Error::NotReplicated {
                 name,
                 replicas,
@@ -205,6 +215,21 @@ pub fn translate_guarded(err: redis::RedisError, name: &str, what: &'static str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shortfalls_say_what_was_missing() {
+        let short = |replicas, needed| {
+            Error::NotReplicated {
+                name: "k".into(),
+                replicas,
+                needed,
+            }
+            .to_string()
+        };
+        assert_eq!(short(Some(1), 2), "k: 1 of 2 replicas acknowledged");
+        assert_eq!(short(None, 1), "k: none of 1 replicas acknowledged");
+        assert!(short(Some(0), 0).contains("the master's AOF fsync"));
+    }
 
     #[test]
     fn server_texts_map_to_lock_errors() {

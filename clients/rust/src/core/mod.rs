@@ -10,4 +10,7 @@ pub mod error;
 pub mod lease;
 pub mod locked;
 pub mod multi;
+pub mod redirect;
 pub mod reply;
+pub mod take;
+pub mod verdict;

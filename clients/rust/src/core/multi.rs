@@ -88,12 +88,32 @@ pub fn acquire_all(
     mode: Mode,
     wait: Wait,
 ) -> Vec<Vec<u8>> {
+    acquire_all_as(names, token, (ttl, mode, wait), false)
+}
+
+/// `acquire_all` bound to the connection it is sent on (`EPHEMERAL`).
+pub fn acquire_all_bound(
+    names: &[Vec<u8>],
+    token: &[u8],
+    ttl: Ttl,
+    mode: Mode,
+    wait: Wait,
+) -> Vec<Vec<u8>> {
+    acquire_all_as(names, token, (ttl, mode, wait), true)
+}
+
+fn acquire_all_as(
+    names: &[Vec<u8>],
+    token: &[u8],
+    (ttl, mode, wait): (Ttl, Mode, Wait),
+    ephemeral: bool,
+) -> Vec<Vec<u8>> {
     let one = Acquire {
         name: b"",
         token: &super::args::Token::Given(token.to_vec()),
         ttl,
         mode,
-        ephemeral: false,
+        ephemeral,
         wait,
         data: None,
     }
@@ -246,6 +266,16 @@ mod tests {
                 Wait::Millis(20)
             )),
             "LOCK.ACQUIREALL 2 {t}a {t}b tok PX 500 SHARED BLOCK 20"
+        );
+        assert_eq!(
+            text(acquire_all_bound(
+                &n,
+                b"tok",
+                Ttl::Px(500),
+                Mode::Shared,
+                Wait::Millis(20)
+            )),
+            "LOCK.ACQUIREALL 2 {t}a {t}b tok PX 500 SHARED EPHEMERAL BLOCK 20"
         );
         assert_eq!(
             text(release_all(&n, b"tok")),

@@ -4,6 +4,7 @@
 //! `$REDISLOCK_MODULE`); `make build` builds it.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod proxy;
 
 use std::net::{TcpListener, TcpStream};
@@ -71,8 +72,15 @@ impl Server {
 
     /// A replica of `master`, once its link to the master is up.
     pub fn replica_of(master: &Server) -> Server {
+        Server::replica_of_with(master, &[])
+    }
+
+    /// A replica of `master` started with `extra` arguments too, once its link is up.
+    pub fn replica_of_with(master: &Server, extra: &[&str]) -> Server {
         let port = master.port.to_string();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let mut args = vec!["--replicaof", "127.0.0.1", &port];
+        args.extend_from_slice(extra);
+        let replica = Server::start_with(&args);
         until(Duration::from_secs(20), "the replica's link", || {
             let info: String = redis::cmd("INFO")
                 .arg("replication")
@@ -239,4 +247,13 @@ pub fn signal(server: &Server, sig: i32) {
     // SAFETY: signalling our own child process by its id.
     let rc = unsafe { libc::kill(server.pid(), sig) };
     assert_eq!(rc, 0);
+}
+
+/// The connections the server has open, besides the one that asks.
+pub fn clients_connected(server: &Server) -> usize {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .query(&mut server.conn())
+        .unwrap();
+    list.lines().count() - 1 // the CLIENT LIST's own connection
 }
