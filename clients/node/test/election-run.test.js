@@ -12,7 +12,7 @@ const assert = require("node:assert/strict");
 
 const { Locker } = require("..");
 const { Run, LOST, STOPPED, RETURNED } = require("../run");
-const { Observation } = require("../election");
+const { Observation } = require("../observation");
 const { Server, LIBRARIES } = require("./servers");
 const { Proxy } = require("./proxy");
 

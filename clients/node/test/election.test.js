@@ -13,7 +13,7 @@ const { spawn } = require("node:child_process");
 const path = require("node:path");
 
 const { Locker, Election, LockError, LockLostError, NotReplicatedError, UnsupportedError } = require("..");
-const { Observation } = require("../election");
+const { Observation } = require("../observation");
 const { Server, LIBRARIES } = require("./servers");
 const { Proxy } = require("./proxy");
 

@@ -9,7 +9,7 @@ const { test, describe, before, after } = require("node:test");
 const assert = require("node:assert/strict");
 
 const { Locker, LockLostError } = require("..");
-const { Observation } = require("../election");
+const { Observation } = require("../observation");
 const { outcome } = require("../proclaim");
 const { Server, LIBRARIES, command, eventually } = require("./servers");
 const { Proxy } = require("./proxy");
